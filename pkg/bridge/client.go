@@ -1,0 +1,309 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/aiforge/aiforge/pkg/events"
+)
+
+// ClientConfig configures the edge side of the bridge.
+type ClientConfig struct {
+	// NoWorkerWait is how long to wait for a worker to acknowledge a request
+	// before answering 503. Default 2s.
+	NoWorkerWait time.Duration
+	// HeartbeatTimeout declares a worker lost when no frame arrived for this
+	// long. Default 5s (workers send heartbeats every second).
+	HeartbeatTimeout time.Duration
+	// FailoverWait bounds the search for another replica. Default 250ms.
+	FailoverWait time.Duration
+	// Window is the number of data frames a worker may send ahead.
+	Window int
+	Logger *slog.Logger
+}
+
+// Client is the edge side of the bridge. One Client multiplexes every
+// request of a connection over a single inbox subscription.
+type Client struct {
+	nc     *nats.Conn
+	cfg    ClientConfig
+	log    *slog.Logger
+	prefix string
+	sub    *nats.Subscription
+	seq    atomic.Uint64
+
+	mu    sync.Mutex
+	calls map[string]*pending
+}
+
+type pending struct {
+	ch       chan *nats.Msg
+	overflow atomic.Bool
+	canceled atomic.Bool
+	id       string
+}
+
+// NewClient subscribes to a fresh inbox prefix on nc.
+func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("bridge: client needs a connection")
+	}
+	if cfg.NoWorkerWait == 0 {
+		cfg.NoWorkerWait = 2 * time.Second
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = 5 * time.Second
+	}
+	if cfg.FailoverWait == 0 {
+		cfg.FailoverWait = 250 * time.Millisecond
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{nc: nc, cfg: cfg, log: cfg.Logger, calls: make(map[string]*pending)}
+	c.prefix = nc.NewInbox() + "."
+	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: subscribe inbox: %w", err)
+	}
+	// Frames of thousands of streams share this subscription: never let the
+	// client library drop them for a slow consumer; flow control bounds them.
+	_ = sub.SetPendingLimits(-1, -1)
+	c.sub = sub
+	return c, nil
+}
+
+// Close unsubscribes the inbox.
+func (c *Client) Close() error { return c.sub.Unsubscribe() }
+
+func (c *Client) dispatch(m *nats.Msg) {
+	tok := m.Subject[len(c.prefix):]
+	c.mu.Lock()
+	p := c.calls[tok]
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if p.canceled.Load() {
+		if m.Header.Get(HdrFrame) == FrameAck {
+			c.sendControl(m.Header.Get(HdrWorker), p.id, ControlCancel, 0)
+		}
+		return
+	}
+	select {
+	case p.ch <- m:
+	default:
+		// A worker that ignores the window: refuse to buffer without bound.
+		p.overflow.Store(true)
+	}
+}
+
+func (c *Client) sendControl(worker, id, kind string, n int) {
+	if worker == "" {
+		return
+	}
+	m := nats.NewMsg(fmt.Sprintf(events.InferControlT, worker))
+	m.Header.Set(HdrRequestID, id)
+	m.Header.Set(HdrControl, kind)
+	if n > 0 {
+		m.Header.Set(HdrCredit, strconv.Itoa(n))
+	}
+	_ = c.nc.PublishMsg(m)
+}
+
+// OutRequest is a request as the edge sends it.
+type OutRequest struct {
+	Model        string
+	ID           string
+	Tenant       string
+	KeyID        string
+	Endpoint     string
+	Stream       bool
+	IncludeUsage bool
+	Body         []byte
+	// Header carries extra headers, such as trace context.
+	Header nats.Header
+}
+
+// Result describes a finished request.
+type Result struct {
+	WorkerID    string
+	Status      int
+	ContentType string
+	DataFrames  int
+	Retried     bool
+}
+
+// Do sends req and passes every data frame to sink, in order, as it arrives.
+// A sink error (the client went away) cancels the request at the worker. An
+// error before any data frame that the worker marks retryable is retried
+// once on another replica. Errors are *Error (wrapping ErrNoWorker where no
+// worker took the request) or the context's cause.
+func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) error) (Result, error) {
+	subject := events.Infer(req.Model)
+	res, err := c.attempt(ctx, subject, req, sink)
+	var be *Error
+	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
+		failed := res.WorkerID
+		if other := c.findOther(ctx, req.Model, failed); other != "" {
+			subject = fmt.Sprintf(events.InferDirectT, events.Token(req.Model), other)
+		}
+		res, err = c.attempt(ctx, subject, req, sink)
+		res.Retried = true
+	}
+	return res, err
+}
+
+func (c *Client) findOther(ctx context.Context, model, exclude string) string {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.PublishRequest(fmt.Sprintf(events.InferPingT, events.Token(model)), inbox, nil); err != nil {
+		return ""
+	}
+	deadline := time.Now().Add(c.cfg.FailoverWait)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return ""
+		}
+		m, err := sub.NextMsg(left)
+		if err != nil {
+			return ""
+		}
+		if id := m.Header.Get(HdrWorker); id != "" && id != exclude {
+			return id
+		}
+	}
+}
+
+func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, sink func([]byte) error) (Result, error) {
+	var res Result
+	tok := strconv.FormatUint(c.seq.Add(1), 36)
+	p := &pending{ch: make(chan *nats.Msg, c.cfg.Window+32), id: req.ID}
+	c.mu.Lock()
+	c.calls[tok] = p
+	c.mu.Unlock()
+	release := func() {
+		c.mu.Lock()
+		delete(c.calls, tok)
+		c.mu.Unlock()
+	}
+
+	m := &nats.Msg{Subject: subject, Reply: c.prefix + tok, Data: req.Body, Header: nats.Header{}}
+	for k, v := range req.Header {
+		m.Header[k] = v
+	}
+	m.Header.Set(HdrRequestID, req.ID)
+	m.Header.Set(HdrTenant, req.Tenant)
+	m.Header.Set(HdrKeyID, req.KeyID)
+	m.Header.Set(HdrEndpoint, req.Endpoint)
+	m.Header.Set(HdrStream, boolHdr(req.Stream))
+	m.Header.Set(HdrIncludeUsage, boolHdr(req.IncludeUsage))
+	m.Header.Set(HdrWindow, strconv.Itoa(c.cfg.Window))
+	if err := c.nc.PublishMsg(m); err != nil {
+		release()
+		return res, &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable", Message: "bus unavailable: " + err.Error()}
+	}
+
+	timer := time.NewTimer(c.cfg.NoWorkerWait)
+	defer timer.Stop()
+	acked := false
+	consumed := 0
+	half := max(c.cfg.Window/2, 1)
+	lost := func() error {
+		if !acked {
+			return &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable",
+				Message: "no worker acknowledged the request in time"}
+		}
+		return &Error{Status: http.StatusBadGateway, Code: "worker_lost", AfterData: res.DataFrames > 0,
+			Message: "the worker stopped answering"}
+	}
+	for {
+		select {
+		case f := <-p.ch:
+			if p.overflow.Load() {
+				release()
+				c.sendControl(res.WorkerID, req.ID, ControlCancel, 0)
+				return res, &Error{Status: http.StatusBadGateway, Code: "engine_error", AfterData: res.DataFrames > 0,
+					Message: "worker exceeded its flow-control window"}
+			}
+			if len(f.Header) == 0 {
+				acked = true
+				res.DataFrames++
+				if err := sink(f.Data); err != nil {
+					p.canceled.Store(true)
+					c.sendControl(res.WorkerID, req.ID, ControlCancel, 0)
+					releaseLater(c, tok)
+					return res, err
+				}
+				consumed++
+				if consumed >= half {
+					c.sendControl(res.WorkerID, req.ID, ControlCredit, consumed)
+					consumed = 0
+				}
+				timer.Reset(c.cfg.HeartbeatTimeout)
+				continue
+			}
+			switch f.Header.Get(HdrFrame) {
+			case "":
+				if !acked && f.Header.Get("Status") == "503" { // no responders
+					release()
+					return res, fmt.Errorf("%w: %w", ErrNoWorker, &Error{Status: http.StatusServiceUnavailable,
+						Code: "model_unavailable", Message: "no worker serves this model"})
+				}
+			case FrameAck:
+				acked = true
+				res.WorkerID = f.Header.Get(HdrWorker)
+			case FrameHB:
+			case FrameEnd:
+				release()
+				res.Status, _ = strconv.Atoi(f.Header.Get(HdrStatus))
+				res.ContentType = f.Header.Get(HdrContentType)
+				return res, nil
+			case FrameError:
+				release()
+				e := errorFromFrame(f)
+				e.AfterData = res.DataFrames > 0
+				if e.AfterData {
+					e.Retryable = false
+				}
+				return res, e
+			}
+			timer.Reset(c.cfg.HeartbeatTimeout)
+		case <-timer.C:
+			release()
+			return res, lost()
+		case <-ctx.Done():
+			p.canceled.Store(true)
+			c.sendControl(res.WorkerID, req.ID, ControlCancel, 0)
+			releaseLater(c, tok)
+			return res, context.Cause(ctx)
+		}
+	}
+}
+
+// releaseLater keeps a canceled call registered for a while so that a late
+// ack can still be answered with a cancel.
+func releaseLater(c *Client, tok string) {
+	time.AfterFunc(c.cfg.NoWorkerWait, func() {
+		c.mu.Lock()
+		delete(c.calls, tok)
+		c.mu.Unlock()
+	})
+}

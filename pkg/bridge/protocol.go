@@ -1,0 +1,112 @@
+// Package bridge carries real-time inference requests over core NATS, from
+// an edge (Client) to the worker replicas of a model (Server).
+//
+// The protocol, all on core NATS:
+//
+//   - The edge publishes a request on events.Infer(model) with a reply
+//     subject under its own inbox prefix; the workers of that model share the
+//     subject through a queue group. With no worker subscribed, the server
+//     answers at once with a no-responders status (503).
+//   - The worker answers on the reply subject with frames, in order: an "ack"
+//     naming itself, then data frames (header-less messages: one SSE payload
+//     each when streaming, parts of the body otherwise), then "end" (with the
+//     HTTP status and content type) or "error". While it has nothing to send
+//     it sends "hb" frames so the edge can tell a slow engine from a dead
+//     worker.
+//   - The edge sends "credit" and "cancel" on the worker's control subject.
+//     A worker sends at most Window data frames beyond the credits it got:
+//     a slow client slows the worker, which stops reading the engine, so
+//     memory stays bounded on both sides and nothing is dropped.
+//   - An error before any data frame marked retryable is retried once on
+//     another replica, found by a ping to every replica of the model.
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Header names of the bridge protocol.
+const (
+	HdrFrame        = "Aiforge-Frame"
+	HdrWorker       = "Aiforge-Worker"
+	HdrRequestID    = "Aiforge-Request-Id"
+	HdrTenant       = "Aiforge-Tenant"
+	HdrKeyID        = "Aiforge-Key-Id"
+	HdrEndpoint     = "Aiforge-Endpoint"
+	HdrStream       = "Aiforge-Stream"
+	HdrIncludeUsage = "Aiforge-Include-Usage"
+	HdrWindow       = "Aiforge-Window"
+	HdrStatus       = "Aiforge-Status"
+	HdrCode         = "Aiforge-Code"
+	HdrRetryable    = "Aiforge-Retryable"
+	HdrControl      = "Aiforge-Control"
+	HdrCredit       = "Aiforge-Credit"
+	HdrContentType  = "Content-Type"
+	HdrTraceParent  = "traceparent"
+	HdrTraceState   = "tracestate"
+)
+
+// Frame kinds.
+const (
+	FrameAck   = "ack"
+	FrameHB    = "hb"
+	FrameEnd   = "end"
+	FrameError = "error"
+)
+
+// Control kinds.
+const (
+	ControlCancel = "cancel"
+	ControlCredit = "credit"
+)
+
+// DefaultWindow is the number of data frames a worker may send ahead.
+const DefaultWindow = 128
+
+// MaxPartSize bounds one data frame of a non-streamed body, below the 1 MiB
+// default max payload of a NATS server.
+const MaxPartSize = 512 << 10
+
+// Error is a failure of a bridged request. Status and Code follow the
+// contracts error catalog; Body, when set, is an OpenAI-shaped error body
+// from the engine to pass through unchanged.
+type Error struct {
+	Status    int
+	Code      string
+	Message   string
+	Body      []byte
+	Retryable bool
+	// AfterData is true when data frames had already reached the caller.
+	AfterData bool
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("bridge: %d %s: %s", e.Status, e.Code, e.Message) }
+
+// ErrNoWorker is wrapped by errors returned when no worker took a request.
+var ErrNoWorker = errors.New("bridge: no worker")
+
+func errorFromFrame(m *nats.Msg) *Error {
+	st, _ := strconv.Atoi(m.Header.Get(HdrStatus))
+	if st == 0 {
+		st = http.StatusBadGateway
+	}
+	e := &Error{Status: st, Code: m.Header.Get(HdrCode), Retryable: m.Header.Get(HdrRetryable) == "1"}
+	if len(m.Data) > 0 && m.Data[0] == '{' {
+		e.Body = append([]byte(nil), m.Data...)
+	} else {
+		e.Message = string(m.Data)
+	}
+	return e
+}
+
+func boolHdr(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

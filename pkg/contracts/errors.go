@@ -1,0 +1,201 @@
+// Package contracts holds the synchronous contracts of aiforge: the OpenAI
+// error catalog and SSE framing shared by the edge and the workers.
+package contracts
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// Error types, as OpenAI names them.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeAuthentication = "authentication_error"
+	TypePermission     = "permission_error"
+	TypeNotFound       = "not_found_error"
+	TypeRateLimit      = "rate_limit_error"
+	TypeServer         = "server_error"
+)
+
+// Stable error codes. Clients match on these; never rename one.
+const (
+	CodeInvalidAPIKey    = "invalid_api_key"
+	CodeKeyRevoked       = "api_key_revoked"
+	CodeModelNotAllowed  = "model_not_allowed"
+	CodeModelNotFound    = "model_not_found"
+	CodeInvalidRequest   = "invalid_request"
+	CodeInvalidJSON      = "invalid_json"
+	CodeMissingParam     = "missing_required_parameter"
+	CodeInvalidType      = "invalid_type"
+	CodeBodyTooLarge     = "request_too_large"
+	CodeRateLimited      = "rate_limit_exceeded"
+	CodeNoWorker         = "model_unavailable"
+	CodeEngineError      = "engine_error"
+	CodeEngineTimeout    = "engine_timeout"
+	CodeWorkerLost       = "worker_lost"
+	CodeShuttingDown     = "shutting_down"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeInternal         = "internal_error"
+	CodeOverloaded       = "overloaded"
+)
+
+// Error is an API error in OpenAI's shape with its HTTP status.
+type Error struct {
+	Status  int
+	Message string
+	Type    string
+	Param   string
+	Code    string
+}
+
+func (e *Error) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("%d %s (%s): %s", e.Status, e.Code, e.Param, e.Message)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+type wireError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// Body returns {"error":{"message","type","param","code"}}; empty param and
+// code are null, as OpenAI sends them.
+func (e *Error) Body() []byte {
+	w := wireError{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		w.Param = &e.Param
+	}
+	if e.Code != "" {
+		w.Code = &e.Code
+	}
+	b, _ := json.Marshal(struct {
+		Error wireError `json:"error"`
+	}{w})
+	return b
+}
+
+// ParseError reads an OpenAI-shaped error body; ok is false when body is not
+// one.
+func ParseError(status int, body []byte) (*Error, bool) {
+	var w struct {
+		Error *struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Param   *string         `json:"param"`
+			Code    json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil || w.Error == nil || w.Error.Message == "" {
+		return nil, false
+	}
+	e := &Error{Status: status, Message: w.Error.Message, Type: w.Error.Type}
+	if w.Error.Param != nil {
+		e.Param = *w.Error.Param
+	}
+	var code string
+	if json.Unmarshal(w.Error.Code, &code) == nil {
+		e.Code = code
+	} else if n, err := strconv.Atoi(string(w.Error.Code)); err == nil {
+		e.Code = strconv.Itoa(n)
+	}
+	if e.Type == "" {
+		e.Type = TypeServer
+	}
+	return e, true
+}
+
+// Write sends e as the response.
+func Write(w http.ResponseWriter, e *Error) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(e.Body())
+}
+
+// The catalog. Messages never contain secrets.
+
+func ErrInvalidAPIKey() *Error {
+	return &Error{Status: http.StatusUnauthorized, Type: TypeInvalidRequest, Code: CodeInvalidAPIKey,
+		Message: "Incorrect or missing API key. Pass a valid key as 'Authorization: Bearer <key>'."}
+}
+
+func ErrKeyRevoked() *Error {
+	return &Error{Status: http.StatusUnauthorized, Type: TypeInvalidRequest, Code: CodeKeyRevoked,
+		Message: "The API key used for this request has been revoked."}
+}
+
+func ErrModelNotAllowed(model string) *Error {
+	return &Error{Status: http.StatusForbidden, Type: TypePermission, Param: "model", Code: CodeModelNotAllowed,
+		Message: fmt.Sprintf("This API key is not allowed to use the model '%s'.", model)}
+}
+
+func ErrModelNotFound(model string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Param: "model", Code: CodeModelNotFound,
+		Message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", model)}
+}
+
+func ErrBadRequest(param, code, msg string) *Error {
+	if code == "" {
+		code = CodeInvalidRequest
+	}
+	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: param, Code: code, Message: msg}
+}
+
+func ErrBodyTooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: CodeBodyTooLarge,
+		Message: fmt.Sprintf("The request body exceeds the limit of %d bytes.", limit)}
+}
+
+func ErrNoWorker(model string) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeNoWorker,
+		Message: fmt.Sprintf("No worker is serving the model '%s' right now. Retry later.", model)}
+}
+
+func ErrEngine(msg string) *Error {
+	return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: CodeEngineError, Message: msg}
+}
+
+func ErrEngineTimeout(msg string) *Error {
+	return &Error{Status: http.StatusGatewayTimeout, Type: TypeServer, Code: CodeEngineTimeout, Message: msg}
+}
+
+func ErrWorkerLost() *Error {
+	return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: CodeWorkerLost,
+		Message: "The worker serving this request stopped answering."}
+}
+
+func ErrShuttingDown() *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeShuttingDown,
+		Message: "The server is shutting down. Retry on another replica."}
+}
+
+func ErrNotFound(what string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound, Message: what}
+}
+
+func ErrMethodNotAllowed(method string) *Error {
+	return &Error{Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Code: CodeMethodNotAllowed,
+		Message: fmt.Sprintf("Method %s is not allowed here.", method)}
+}
+
+func ErrConflict(msg string) *Error {
+	return &Error{Status: http.StatusConflict, Type: TypeInvalidRequest, Code: CodeConflict, Message: msg}
+}
+
+func ErrInternal(msg string) *Error {
+	return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Code: CodeInternal, Message: msg}
+}
+
+func ErrOverloaded(model string) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: CodeOverloaded,
+		Message: fmt.Sprintf("The workers of '%s' are at capacity. Retry later.", model)}
+}

@@ -1,0 +1,33 @@
+// Package enginesim is a deterministic SIMULATOR of an OpenAI-compatible
+// inference engine (the HTTP surface of vLLM, llama-server, Ollama or TEI).
+//
+// It exists only for tests and benchmarks: it stands in for a real engine so
+// that the gateway can be exercised end to end without a GPU, and it serves as
+// the zero-cost baseline in latency benchmarks. It is not a model and must
+// never be offered to users as one: its "completions" are words drawn from a
+// fixed list, seeded by an FNV hash of the prompt, and its "embeddings" are
+// hash-derived unit vectors.
+//
+// The simulator speaks the OpenAI wire format for
+//
+//	GET  /v1/models, /v1/models/{id}
+//	GET  /health, /v1/health
+//	POST /v1/chat/completions   (streaming and not, tool calls)
+//	POST /v1/completions        (streaming and not)
+//	POST /v1/embeddings         (float and base64 encodings)
+//
+// and can be told to be slow (time to first token, tokens per second) or to
+// fail in specific ways (error before the first token, error event mid-stream,
+// hang until the client gives up, abrupt disconnect) so that the gateway's
+// timeout, retry, cancellation and error-mapping paths can be tested
+// deterministically. Stats exposes counters (in flight, completed, canceled by
+// the client, injected failures, tokens written) so tests can assert, for
+// example, that a client disconnect at the gateway cancels the engine request.
+//
+// Typical use:
+//
+//	sim, baseURL, closeFn, err := enginesim.Start(enginesim.Config{Models: []string{"m"}})
+//	if err != nil { ... }
+//	defer closeFn()
+//	// point the component under test at baseURL ("http://127.0.0.1:PORT/v1")
+package enginesim

@@ -1,0 +1,176 @@
+package events
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Envelope headers, after the CloudEvents NATS binding (binary mode). The id
+// is also written as Nats-Msg-Id so JetStream drops a republished event.
+const (
+	HeaderID          = "ce-id"
+	HeaderType        = "ce-type"
+	HeaderSource      = "ce-source"
+	HeaderTime        = "ce-time"
+	HeaderSpecVersion = "ce-specversion"
+	HeaderTenant      = "ce-tenant"
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+	HeaderContentType = "content-type"
+)
+
+// Event is a versioned event type. EventType names subsystem, event and
+// version ("aiforge.usage.recorded.v1"); a new version is a new Go type.
+type Event interface {
+	EventType() string
+	Validate() error
+}
+
+// Envelope is the metadata carried in headers around an event.
+type Envelope struct {
+	ID          string
+	Type        string
+	Source      string
+	Time        time.Time
+	Tenant      string
+	TraceParent string
+	TraceState  string
+}
+
+// ErrUnknownType is returned by Registry.Decode for an event type the
+// registry does not know; consumers ack and count such messages.
+var ErrUnknownType = errors.New("events: unknown event type")
+
+// ErrInvalid wraps validation failures.
+var ErrInvalid = errors.New("events: invalid event")
+
+// NewID returns a random 128-bit id in hex.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Marshal validates ev and builds the message: JSON body, envelope headers.
+func Marshal(subject string, ev Event, env Envelope) (*nats.Msg, error) {
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, ev.EventType(), err)
+	}
+	if env.ID == "" {
+		env.ID = NewID()
+	}
+	if env.Time.IsZero() {
+		env.Time = time.Now()
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("events: marshal %s: %w", ev.EventType(), err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	h := m.Header
+	h.Set(nats.MsgIdHdr, env.ID)
+	h.Set(HeaderID, env.ID)
+	h.Set(HeaderType, ev.EventType())
+	h.Set(HeaderSpecVersion, "1.0")
+	h.Set(HeaderContentType, "application/json")
+	h.Set(HeaderTime, env.Time.UTC().Format(time.RFC3339Nano))
+	if env.Source != "" {
+		h.Set(HeaderSource, env.Source)
+	}
+	if env.Tenant != "" {
+		h.Set(HeaderTenant, env.Tenant)
+	}
+	if env.TraceParent != "" {
+		h.Set(HeaderTraceParent, env.TraceParent)
+	}
+	if env.TraceState != "" {
+		h.Set(HeaderTraceState, env.TraceState)
+	}
+	return m, nil
+}
+
+// ReadEnvelope reads the envelope headers of a message.
+func ReadEnvelope(h nats.Header) Envelope {
+	env := Envelope{
+		ID:          h.Get(HeaderID),
+		Type:        h.Get(HeaderType),
+		Source:      h.Get(HeaderSource),
+		Tenant:      h.Get(HeaderTenant),
+		TraceParent: h.Get(HeaderTraceParent),
+		TraceState:  h.Get(HeaderTraceState),
+	}
+	if env.ID == "" {
+		env.ID = h.Get(nats.MsgIdHdr)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderTime)); err == nil {
+		env.Time = t
+	}
+	return env
+}
+
+// Publish validates and publishes ev to a stream subject, waiting for the
+// stream's acknowledgement. Publishing the same envelope id twice within the
+// stream's duplicate window stores it once (ack.Duplicate is then true).
+func Publish(ctx context.Context, js jetstream.JetStream, subject string, ev Event, env Envelope) (*jetstream.PubAck, error) {
+	m, err := Marshal(subject, ev, env)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("events: publish %s on %s: %w", ev.EventType(), subject, err)
+	}
+	return ack, nil
+}
+
+// Registry maps event type names to Go types, for decoding.
+type Registry struct {
+	types map[string]func() Event
+}
+
+// NewRegistry returns a registry that knows the given event types. Each
+// proto must return a new pointer (func() Event { return new(T) }) for Decode
+// to unmarshal into; anything else is a programming error and panics here,
+// at start, rather than dead-lettering every message later.
+func NewRegistry(protos ...func() Event) *Registry {
+	r := &Registry{types: make(map[string]func() Event, len(protos))}
+	for _, p := range protos {
+		ev := p()
+		if v := reflect.ValueOf(ev); !v.IsValid() || v.Kind() != reflect.Pointer || v.IsNil() {
+			panic(fmt.Sprintf("events: NewRegistry: proto must return a non-nil pointer, got %T", ev))
+		}
+		r.types[ev.EventType()] = p
+	}
+	return r
+}
+
+// Known reports whether typ is registered.
+func (r *Registry) Known(typ string) bool { _, ok := r.types[typ]; return ok }
+
+// Decode reads the envelope and body of msg into the registered type and
+// validates it. Unknown types return ErrUnknownType without decoding.
+func (r *Registry) Decode(h nats.Header, data []byte) (Envelope, Event, error) {
+	env := ReadEnvelope(h)
+	mk, ok := r.types[env.Type]
+	if !ok {
+		return env, nil, fmt.Errorf("%w: %q", ErrUnknownType, env.Type)
+	}
+	ev := mk()
+	if err := json.Unmarshal(data, ev); err != nil {
+		return env, nil, fmt.Errorf("%w: %s: decode: %w", ErrInvalid, env.Type, err)
+	}
+	if err := ev.Validate(); err != nil {
+		return env, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, env.Type, err)
+	}
+	return env, ev, nil
+}

@@ -1,0 +1,89 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamOptions tune stream definitions per deployment: replicas are 1 on a
+// laptop and 3 on a cluster.
+type StreamOptions struct {
+	Replicas int
+	// UsageMaxAge bounds how long raw usage events are kept; 0 keeps them
+	// forever (the audit replays them).
+	UsageMaxAge time.Duration
+	// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values.
+	DuplicateWindow time.Duration
+}
+
+// Streams returns every stream definition of the bus contract.
+func Streams(o StreamOptions) []jetstream.StreamConfig {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 10 * time.Minute
+	}
+	return []jetstream.StreamConfig{
+		{
+			Name:        StreamUsage,
+			Description: "every token spent: the record the usage ledgers fold and the audit replays",
+			Subjects:    []string{UsageAll},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      o.UsageMaxAge,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+			DenyDelete:  true,
+			DenyPurge:   true,
+		},
+		{
+			Name:        StreamDeadLetter,
+			Description: "messages a consumer gave up on after its delivery limit",
+			Subjects:    []string{DeadLetterAll},
+			Storage:     jetstream.FileStorage,
+			MaxAge:      30 * 24 * time.Hour,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+	}
+}
+
+// Buckets returns the KV buckets of the bus contract.
+func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	mk := func(name, desc string) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 5, Storage: jetstream.FileStorage, Replicas: o.Replicas}
+	}
+	return []jetstream.KeyValueConfig{
+		mk(BucketTenants, "tenants by id"),
+		mk(BucketKeys, "API keys by id: hashes only, never secrets"),
+		mk(BucketModels, "served models by name: engine bindings"),
+	}
+}
+
+// Ensure creates or updates every stream and bucket. It is idempotent and is
+// called by every service at start, so start order does not matter.
+func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	var errs []error
+	for _, sc := range Streams(o) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			errs = append(errs, fmt.Errorf("stream %s: %w", sc.Name, err))
+		}
+	}
+	for _, kc := range Buckets(o) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			errs = append(errs, fmt.Errorf("bucket %s: %w", kc.Bucket, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("events: ensure streams: %w", err)
+	}
+	return nil
+}

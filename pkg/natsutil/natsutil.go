@@ -1,0 +1,89 @@
+// Package natsutil starts an embedded NATS server with JetStream and opens
+// connections to it or to an external cluster. It is the one place that knows
+// how aiforge talks to its bus.
+package natsutil
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// EmbeddedConfig configures an in-process nats-server.
+type EmbeddedConfig struct {
+	// StoreDir holds the JetStream file store. Required.
+	StoreDir string
+	// Host and Port to listen on for external clients; Port -1 picks a free
+	// port, and DontListen keeps the server reachable only in-process.
+	Host       string
+	Port       int
+	DontListen bool
+	// ServerName names the server in logs and cluster views.
+	ServerName string
+	// ReadyTimeout bounds how long Start waits for the server. Default 10s.
+	ReadyTimeout time.Duration
+}
+
+// StartEmbedded starts a nats-server with JetStream enabled and waits until it
+// accepts connections. The caller owns Shutdown.
+func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("natsutil: StoreDir is required")
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = "aiforge"
+	}
+	opts := &server.Options{
+		ServerName:         cfg.ServerName,
+		Host:               cfg.Host,
+		Port:               cfg.Port,
+		DontListen:         cfg.DontListen,
+		JetStream:          true,
+		StoreDir:           cfg.StoreDir,
+		NoSigs:             true,
+		NoLog:              true,
+		MaxPayload:         8 << 20,
+		JetStreamMaxMemory: 256 << 20,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: new server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(cfg.ReadyTimeout) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsutil: server not ready after %s", cfg.ReadyTimeout)
+	}
+	return s, nil
+}
+
+// ConnectInProcess opens a client connection to an embedded server without a
+// socket. name shows up in the server's connection list.
+func ConnectInProcess(s *server.Server, name string, opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1)}
+	nc, err := nats.Connect("", append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: connect in-process: %w", err)
+	}
+	return nc, nil
+}
+
+// Connect opens a client connection to an external NATS URL that keeps
+// reconnecting forever: services outlive bus restarts.
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	nc, err := nats.Connect(url, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: connect %s: %w", url, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,357 @@
+// Package registry is the shared state of the mesh kept in JetStream KV
+// buckets: tenants, API keys (hashes only) and served models with their
+// engine bindings. Every edge replica and the worker supervisor watch it, so
+// a change made through any replica reaches all of them within milliseconds.
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/events"
+)
+
+// Errors callers map to API answers.
+var (
+	ErrNotFound = errors.New("registry: not found")
+	ErrExists   = errors.New("registry: already exists")
+	ErrInvalid  = errors.New("registry: invalid")
+)
+
+// Tenant owns keys and spend.
+type Tenant struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Key is an API key record. The secret itself is never stored: only its
+// SHA-256, compared in constant time. A 256-bit random secret needs no slow
+// hash: there is nothing to brute-force.
+type Key struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Name      string    `json:"name,omitempty"`
+	Hash      string    `json:"hash"`
+	Models    []string  `json:"models"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Allows reports whether the key may use model ("*" allows all).
+func (k *Key) Allows(model string) bool {
+	for _, m := range k.Models {
+		if m == "*" || m == model {
+			return true
+		}
+		if strings.HasSuffix(m, "*") && strings.HasPrefix(model, m[:len(m)-1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Engine is an OpenAI-compatible engine a worker forwards to.
+type Engine struct {
+	// BaseURL ends in /v1, e.g. http://127.0.0.1:8000/v1.
+	BaseURL string `json:"base_url"`
+	// Model is the name the engine knows the weights by.
+	Model string `json:"model"`
+	// APIKey is sent to the engine; it is never returned by the API.
+	APIKey         string `json:"api_key,omitempty"`
+	MaxConcurrency int    `json:"max_concurrency,omitempty"`
+}
+
+// Model binds a served model name to an engine.
+type Model struct {
+	Name      string    `json:"name"`
+	Engine    Engine    `json:"engine"`
+	OwnedBy   string    `json:"owned_by,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Redacted returns m without secrets, for API answers and logs.
+func (m Model) Redacted() Model {
+	if m.Engine.APIKey != "" {
+		m.Engine.APIKey = "redacted"
+	}
+	return m
+}
+
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidTenantID reports whether id can name a tenant.
+func ValidTenantID(id string) bool { return tenantRE.MatchString(id) }
+
+// ValidateModel checks a model binding.
+func ValidateModel(m Model) error {
+	var errs []error
+	if m.Name == "" || len(m.Name) > 256 || strings.ContainsAny(m.Name, " \t\r\n") {
+		errs = append(errs, errors.New("name must be 1-256 characters without whitespace"))
+	}
+	if !strings.HasPrefix(m.Engine.BaseURL, "http://") && !strings.HasPrefix(m.Engine.BaseURL, "https://") {
+		errs = append(errs, errors.New("engine.base_url must be an http(s) URL"))
+	}
+	if m.Engine.Model == "" {
+		errs = append(errs, errors.New("engine.model is required"))
+	}
+	if m.Engine.MaxConcurrency < 0 {
+		errs = append(errs, errors.New("engine.max_concurrency must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Store reads and writes the registry buckets.
+type Store struct {
+	tenants jetstream.KeyValue
+	keys    jetstream.KeyValue
+	models  jetstream.KeyValue
+}
+
+// Open binds the buckets; events.Ensure must have created them.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	var s Store
+	var err error
+	if s.tenants, err = js.KeyValue(ctx, events.BucketTenants); err != nil {
+		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketTenants, err)
+	}
+	if s.keys, err = js.KeyValue(ctx, events.BucketKeys); err != nil {
+		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketKeys, err)
+	}
+	if s.models, err = js.KeyValue(ctx, events.BucketModels); err != nil {
+		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketModels, err)
+	}
+	return &s, nil
+}
+
+var kvEnc = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// modelKey maps any model name onto the KV key alphabet.
+func modelKey(name string) string { return "m." + strings.ToLower(kvEnc.EncodeToString([]byte(name))) }
+
+func put[T any](ctx context.Context, kv jetstream.KeyValue, key string, v T, create bool) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if create {
+		if _, err := kv.Create(ctx, key, b); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return ErrExists
+			}
+			return fmt.Errorf("registry: create %s: %w", key, err)
+		}
+		return nil
+	}
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("registry: put %s: %w", key, err)
+	}
+	return nil
+}
+
+func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, error) {
+	var v T
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return v, ErrNotFound
+		}
+		return v, fmt.Errorf("registry: get %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return v, fmt.Errorf("registry: decode %s: %w", key, err)
+	}
+	return v, nil
+}
+
+func list[T any](ctx context.Context, kv jetstream.KeyValue) ([]T, error) {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: list: %w", err)
+	}
+	var out []T
+	for k := range lister.Keys() {
+		v, err := get[T](ctx, kv, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	if _, err := kv.Get(ctx, key); err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("registry: get %s: %w", key, err)
+	}
+	if err := kv.Delete(ctx, key); err != nil {
+		return fmt.Errorf("registry: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// CreateTenant adds a tenant; ErrExists if it is there.
+func (s *Store) CreateTenant(ctx context.Context, id string) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, fmt.Errorf("%w: tenant id must match %s", ErrInvalid, tenantRE)
+	}
+	t := Tenant{ID: id, CreatedAt: time.Now().UTC()}
+	return t, put(ctx, s.tenants, "t."+id, t, true)
+}
+
+// GetTenant returns a tenant.
+func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, ErrNotFound
+	}
+	return get[Tenant](ctx, s.tenants, "t."+id)
+}
+
+// ListTenants returns every tenant, sorted by id.
+func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
+	ts, err := list[Tenant](ctx, s.tenants)
+	slices.SortFunc(ts, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
+	return ts, err
+}
+
+// KeyPrefix starts every aiforge API key.
+const KeyPrefix = "sk-af-"
+
+// CreateKey makes a key for tenant and returns the record and the secret,
+// which exists only in this return value.
+func (s *Store) CreateKey(ctx context.Context, tenant, name string, models []string) (Key, string, error) {
+	if _, err := s.GetTenant(ctx, tenant); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Key{}, "", fmt.Errorf("%w: tenant %q does not exist", ErrInvalid, tenant)
+		}
+		return Key{}, "", err
+	}
+	if len(models) == 0 {
+		models = []string{"*"}
+	}
+	var idb [8]byte
+	var sec [32]byte
+	_, _ = rand.Read(idb[:])
+	_, _ = rand.Read(sec[:])
+	id := "key_" + hex.EncodeToString(idb[:])
+	secret := KeyPrefix + hex.EncodeToString(idb[:]) + "-" + base64.RawURLEncoding.EncodeToString(sec[:])
+	k := Key{ID: id, Tenant: tenant, Name: name, Hash: HashSecret(secret), Models: models, CreatedAt: time.Now().UTC()}
+	if err := put(ctx, s.keys, id, k, true); err != nil {
+		return Key{}, "", err
+	}
+	return k, secret, nil
+}
+
+// HashSecret is the stored form of a key.
+func HashSecret(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// KeyIDOf extracts the key id from a presented secret without trusting it.
+func KeyIDOf(secret string) (string, bool) {
+	rest, ok := strings.CutPrefix(secret, KeyPrefix)
+	if !ok {
+		return "", false
+	}
+	idhex, _, ok := strings.Cut(rest, "-")
+	if !ok || len(idhex) != 16 {
+		return "", false
+	}
+	return "key_" + idhex, true
+}
+
+// Verify compares a presented secret with the stored hash in constant time.
+func (k *Key) Verify(secret string) bool {
+	want, err := hex.DecodeString(k.Hash)
+	if err != nil {
+		return false
+	}
+	got := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(got[:], want) == 1
+}
+
+// GetKey returns a key record.
+func (s *Store) GetKey(ctx context.Context, id string) (Key, error) {
+	if !validKVKey(id) {
+		return Key{}, ErrNotFound
+	}
+	return get[Key](ctx, s.keys, id)
+}
+
+// ListKeys returns the keys of tenant, or all keys when tenant is empty.
+func (s *Store) ListKeys(ctx context.Context, tenant string) ([]Key, error) {
+	ks, err := list[Key](ctx, s.keys)
+	if err != nil {
+		return nil, err
+	}
+	out := ks[:0]
+	for _, k := range ks {
+		if tenant == "" || k.Tenant == tenant {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b Key) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// RevokeKey deletes a key; every watcher drops it at once.
+func (s *Store) RevokeKey(ctx context.Context, id string) error {
+	if !validKVKey(id) {
+		return ErrNotFound
+	}
+	return del(ctx, s.keys, id)
+}
+
+// PutModel registers or replaces a model binding.
+func (s *Store) PutModel(ctx context.Context, m Model) error {
+	if err := ValidateModel(m); err != nil {
+		return err
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now().UTC()
+	}
+	return put(ctx, s.models, modelKey(m.Name), m, false)
+}
+
+// GetModel returns a model binding.
+func (s *Store) GetModel(ctx context.Context, name string) (Model, error) {
+	return get[Model](ctx, s.models, modelKey(name))
+}
+
+// ListModels returns every model binding, sorted by name.
+func (s *Store) ListModels(ctx context.Context) ([]Model, error) {
+	ms, err := list[Model](ctx, s.models)
+	slices.SortFunc(ms, func(a, b Model) int { return strings.Compare(a.Name, b.Name) })
+	return ms, err
+}
+
+// DeleteModel removes a model binding; its workers stop.
+func (s *Store) DeleteModel(ctx context.Context, name string) error {
+	return del(ctx, s.models, modelKey(name))
+}
+
+var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
+func validKVKey(k string) bool { return len(k) <= 256 && kvKeyRE.MatchString(k) }
