@@ -57,7 +57,9 @@ const (
 	// FailDisconnect, when streaming, sends Failure.AfterTokens tokens
 	// (default 1) then abruptly closes the connection (the client sees an
 	// unexpected EOF). Non-streamed requests get the connection closed without
-	// any response.
+	// any response. The connection is hijacked; where that is not possible
+	// (HTTP/2, httptest.ResponseRecorder) the handler panics with
+	// http.ErrAbortHandler, which net/http servers turn into a reset.
 	FailDisconnect
 )
 

@@ -163,8 +163,9 @@ func (c ConsumerConfig) backoff(n uint64) time.Duration {
 	if len(c.Backoff) == 0 {
 		return 0
 	}
+	n = max(n, 1)
 	i := len(c.Backoff) - 1
-	if n >= 1 && n-1 < uint64(i) {
+	if n-1 < uint64(i) {
 		i = int(n - 1)
 	}
 	return c.Backoff[i]
@@ -286,6 +287,9 @@ type Consumer struct {
 	// retryDelay is the wait before the consumer is set up again after
 	// the server ended consumption (the consumer was deleted, say).
 	retryDelay time.Duration
+	// heartbeat is the idle heartbeat asked of the server; two missed
+	// ones make Run check that the consumer still exists.
+	heartbeat time.Duration
 
 	running atomic.Bool
 	stats   struct {
@@ -320,6 +324,7 @@ func NewConsumer(js jetstream.JetStream, reg *Registry, cfg ConsumerConfig, h Ha
 		h:          h,
 		log:        cfg.Logger.With("stream", cfg.Stream, "durable", cfg.Durable),
 		retryDelay: time.Second,
+		heartbeat:  5 * time.Second,
 	}, nil
 }
 
@@ -407,7 +412,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 // consume pulls and handles messages until ctx is done (it returns nil) or
 // the iterator ends (it returns why).
 func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(min(c.cfg.MaxAckPending, maxBuffered)))
+	it, err := cons.Messages(
+		jetstream.PullMaxMessages(min(c.cfg.MaxAckPending, maxBuffered)),
+		jetstream.PullHeartbeat(c.heartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true),
+	)
 	if err != nil {
 		return err
 	}
@@ -415,24 +424,43 @@ func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) error {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
-				c.drain(it)
+				c.drain(it, nil)
 				return nil
+			}
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				// Silence: a network hiccup, or pull requests going to a
+				// consumer deleted before they arrived (no 409 then).
+				// Only the latter needs a new consumer; the iterator
+				// pulls again by itself.
+				_, ierr := cons.Info(ctx)
+				if !errors.Is(ierr, jetstream.ErrConsumerNotFound) {
+					c.log.Warn("events: missed heartbeats", "info_err", ierr)
+					continue
+				}
+				err = fmt.Errorf("%w: %w", err, ierr)
 			}
 			it.Stop()
 			return err
 		}
 		if ctx.Err() != nil {
-			c.handBack(msg)
-			c.drain(it)
+			c.drain(it, msg)
 			return nil
 		}
 		c.process(ctx, msg)
 	}
 }
 
-// drain stops pulling and hands back what was pulled but not handled.
-func (c *Consumer) drain(it jetstream.MessagesContext) {
+// drain stops pulling and hands back what was pulled but not handled,
+// pending (if not nil) first. The hand-back waits until the iterator's
+// subscription is drained: the server has then seen it unsubscribe, so it
+// cannot redeliver a handed-back message into this iterator's inbox while
+// it is going away (where it would be dropped and wait for AckWait).
+func (c *Consumer) drain(it jetstream.MessagesContext, pending jetstream.Msg) {
 	it.Drain()
+	var back []jetstream.Msg
+	if pending != nil {
+		back = append(back, pending)
+	}
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	for {
@@ -441,16 +469,15 @@ func (c *Consumer) drain(it jetstream.MessagesContext) {
 			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				c.log.Warn("events: drain at shutdown", "err", err)
 			}
-			it.Stop()
-			return
+			break
 		}
-		c.handBack(msg)
+		back = append(back, msg)
 	}
-}
-
-func (c *Consumer) handBack(msg jetstream.Msg) {
-	if err := msg.Nak(); err != nil {
-		c.log.Warn("events: hand back at shutdown", "subject", msg.Subject(), "err", err)
+	it.Stop()
+	for _, msg := range back {
+		if err := msg.Nak(); err != nil {
+			c.log.Warn("events: hand back at shutdown", "subject", msg.Subject(), "err", err)
+		}
 	}
 }
 

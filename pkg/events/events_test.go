@@ -111,12 +111,15 @@ func TestEnsureIdempotentAndUsageImmutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteMsg(ctx, StreamUsage, ack.Sequence); err == nil {
-		t.Error("DeleteMsg on USAGE succeeded; the stream must deny deletes")
-	}
 	st, err := js.Stream(ctx, StreamUsage)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, ack.Sequence); err == nil {
+		t.Error("DeleteMsg on USAGE succeeded; the stream must deny deletes")
+	}
+	if err := st.SecureDeleteMsg(ctx, ack.Sequence); err == nil {
+		t.Error("SecureDeleteMsg on USAGE succeeded; the stream must deny deletes")
 	}
 	if err := st.Purge(ctx); err == nil {
 		t.Error("Purge on USAGE succeeded; the stream must deny purges")

@@ -141,8 +141,8 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 
 var kvEnc = base32.HexEncoding.WithPadding(base32.NoPadding)
 
-// modelKey maps any model name onto the KV key alphabet.
-func modelKey(name string) string { return "m." + strings.ToLower(kvEnc.EncodeToString([]byte(name))) }
+// ModelKey maps any model name onto the KV key alphabet.
+func ModelKey(name string) string { return "m." + strings.ToLower(kvEnc.EncodeToString([]byte(name))) }
 
 func put[T any](ctx context.Context, kv jetstream.KeyValue, key string, v T, create bool) error {
 	b, err := json.Marshal(v)
@@ -332,12 +332,12 @@ func (s *Store) PutModel(ctx context.Context, m Model) error {
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = time.Now().UTC()
 	}
-	return put(ctx, s.models, modelKey(m.Name), m, false)
+	return put(ctx, s.models, ModelKey(m.Name), m, false)
 }
 
 // GetModel returns a model binding.
 func (s *Store) GetModel(ctx context.Context, name string) (Model, error) {
-	return get[Model](ctx, s.models, modelKey(name))
+	return get[Model](ctx, s.models, ModelKey(name))
 }
 
 // ListModels returns every model binding, sorted by name.
@@ -349,7 +349,7 @@ func (s *Store) ListModels(ctx context.Context) ([]Model, error) {
 
 // DeleteModel removes a model binding; its workers stop.
 func (s *Store) DeleteModel(ctx context.Context, name string) error {
-	return del(ctx, s.models, modelKey(name))
+	return del(ctx, s.models, ModelKey(name))
 }
 
 var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aiforge/aiforge/internal/bench"
+)
+
+func benchCmd() *cobra.Command {
+	var o bench.Options
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = os.Stderr
+			rep, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			rep.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Requests, "requests", 2000, "requests per latency series at concurrency 1")
+	c.Flags().IntVar(&o.Concurrency, "concurrency", 32, "concurrency of the throughput runs")
+	c.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput run")
+	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
+	return c
+}

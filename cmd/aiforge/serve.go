@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aiforge/aiforge/internal/app"
+	"github.com/aiforge/aiforge/services/worker"
+)
+
+type serveFlags struct {
+	dataDir    string
+	listen     string
+	natsURL    string
+	natsListen string
+	logLevel   string
+	grace      time.Duration
+}
+
+func (f *serveFlags) add(c *cobra.Command, embedded bool) {
+	c.Flags().StringVar(&f.listen, "listen", env("AIFORGE_LISTEN", "127.0.0.1:8080"), "HTTP address of the API (edge)")
+	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
+	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
+	if embedded {
+		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store and the admin key")
+		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for `aiforge run` sidecars")
+	} else {
+		c.Flags().StringVar(&f.natsURL, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "external NATS with JetStream")
+		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the admin key file when AIFORGE_ADMIN_KEY is unset")
+	}
+}
+
+func (f *serveFlags) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func (f *serveFlags) options(targets []string) (app.Options, error) {
+	log, err := f.logger()
+	if err != nil {
+		return app.Options{}, err
+	}
+	o := app.Options{
+		Targets: targets, DataDir: f.dataDir, NATSURL: f.natsURL, NATSListen: f.natsListen,
+		Listen: f.listen, AdminKey: os.Getenv("AIFORGE_ADMIN_KEY"), Logger: log,
+		OnAdminKey: func(key, path string) {
+			fmt.Fprintf(os.Stderr, "Generated an admin key (shown once; stored with mode 0600 in %s):\n\n    export AIFORGE_ADMIN_KEY=%s\n\n", path, key)
+		},
+	}
+	o.Edge.ShutdownGrace = f.grace
+	o.WorkerDefaults.DrainTimeout = f.grace
+	return o, nil
+}
+
+func upCmd() *cobra.Command {
+	var f serveFlags
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Run every service in one process with an embedded NATS JetStream",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options([]string{"all"})
+			if err != nil {
+				return err
+			}
+			a, err := app.New(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "aiforge up: API on http://%s (data in %s); Ctrl-C stops\n", f.listen, f.dataDir)
+			return a.Run(cmd.Context())
+		},
+	}
+	f.add(c, true)
+	return c
+}
+
+func runCmd() *cobra.Command {
+	var f serveFlags
+	var w worker.Config
+	var engineKeyEnv string
+	c := &cobra.Command{
+		Use:   "run TARGET",
+		Short: "Run one service against an external NATS (targets: " + strings.Join(app.Targets(), ", ") + ")",
+		Long: `Run one service against an external NATS cluster, for per-service scaling.
+
+  aiforge run edge    --nats-url nats://nats:4222 --listen 0.0.0.0:8080
+  aiforge run workers --nats-url nats://nats:4222     # workers for every registered model
+  aiforge run worker  --nats-url nats://nats:4222 --model chat-small \
+      --engine-url http://127.0.0.1:8000/v1 --engine-model Qwen/Qwen2.5-7B-Instruct   # sidecar next to an engine`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := f.options([]string{args[0]})
+			if err != nil {
+				return err
+			}
+			if args[0] == "worker" {
+				if engineKeyEnv != "" {
+					w.Engine.APIKey = os.Getenv(engineKeyEnv)
+				}
+				o.Worker = w
+			}
+			a, err := app.New(o)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f.add(c, false)
+	c.Flags().StringVar(&w.Model, "model", "", "worker: the served model name")
+	c.Flags().StringVar(&w.Engine.BaseURL, "engine-url", "", "worker: the engine's OpenAI base URL, ending in /v1")
+	c.Flags().StringVar(&w.Engine.Model, "engine-model", "", "worker: the model name the engine serves")
+	c.Flags().IntVar(&w.Engine.MaxConcurrency, "max-concurrency", 0, "worker: requests sent to the engine at once (default 64)")
+	c.Flags().StringVar(&engineKeyEnv, "engine-api-key-env", "AIFORGE_ENGINE_API_KEY", "worker: environment variable holding the engine's API key")
+	return c
+}

@@ -1,0 +1,423 @@
+// Package app assembles aiforge's services into one process. Every runnable
+// component is a module in one table with its dependencies; "all" (what
+// `aiforge up` runs) is only a group of the others. The differences of the
+// all-in-one preset are applied once, in Options, never as branches inside
+// the services.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/natsutil"
+	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/edge"
+	"github.com/aiforge/aiforge/services/worker"
+)
+
+// Options configure a process. Zero values are the laptop defaults.
+type Options struct {
+	// Targets are the modules to run; "all" runs every service.
+	Targets []string
+	// DataDir holds the embedded JetStream store and the admin key file.
+	DataDir string
+	// NATSURL is an external NATS; empty starts an embedded server.
+	NATSURL string
+	// NATSListen exposes the embedded server to other processes
+	// ("127.0.0.1:4222"); empty keeps it in-process only, "127.0.0.1:-1"
+	// picks a free port.
+	NATSListen string
+	// Listen is the edge's HTTP address.
+	Listen string
+	// EdgeListener, when set, is served instead of Listen (tests).
+	EdgeListener net.Listener
+	// AdminKey authorises the admin API. Empty: read DataDir/admin.key or
+	// generate one there (mode 0600) and report it through OnAdminKey.
+	AdminKey   string
+	OnAdminKey func(key, path string)
+
+	// Worker is the engine binding for the "worker" target.
+	Worker worker.Config
+	// Edge and WorkerDefaults tune the services.
+	Edge           edge.Config
+	WorkerDefaults worker.Config
+
+	Logger *slog.Logger
+}
+
+// module is one runnable component.
+type module struct {
+	deps []string
+	// build returns the component's Run and readiness, or nil when the
+	// module only provides shared infrastructure.
+	build func(a *App) (run func(context.Context) error, ready func() bool, err error)
+}
+
+// modules is the table of everything that can run and what it needs.
+var modules = map[string]module{
+	"bus":     {},
+	"edge":    {deps: []string{"bus"}, build: (*App).buildEdge},
+	"workers": {deps: []string{"bus"}, build: (*App).buildSupervisor},
+	"worker":  {deps: []string{"bus"}, build: (*App).buildWorker},
+}
+
+// groups name sets of modules.
+var groups = map[string][]string{
+	"all": {"edge", "workers"},
+}
+
+// Targets lists what `aiforge run` accepts.
+func Targets() []string {
+	var out []string
+	for k := range modules {
+		if k != "bus" {
+			out = append(out, k)
+		}
+	}
+	for k := range groups {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// App is a running process: the bus connection and the started modules.
+type App struct {
+	opts Options
+	log  *slog.Logger
+
+	srv *server.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+
+	Registry *prometheus.Registry
+	Tracer   *sdktrace.TracerProvider
+
+	edge *edge.Service
+	wm   *worker.Metrics
+
+	mu     sync.Mutex
+	states []*state
+}
+
+type state struct {
+	name  string
+	run   func(context.Context) error
+	ready func() bool
+}
+
+// New resolves the targets and prepares (but does not start) the process.
+func New(opts Options) (*App, error) {
+	if len(opts.Targets) == 0 {
+		opts.Targets = []string{"all"}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if _, err := order(opts.Targets); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	return &App{opts: opts, log: opts.Logger, Registry: reg, Tracer: tp}, nil
+}
+
+// order expands groups and sorts modules so that dependencies come first.
+func order(targets []string) ([]string, error) {
+	var want []string
+	for _, t := range targets {
+		if g, ok := groups[t]; ok {
+			want = append(want, g...)
+			continue
+		}
+		if _, ok := modules[t]; !ok {
+			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets(), ", "))
+		}
+		want = append(want, t)
+	}
+	var out []string
+	seen := map[string]bool{}
+	var visit func(string)
+	visit = func(n string) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		for _, d := range modules[n].deps {
+			visit(d)
+		}
+		out = append(out, n)
+	}
+	for _, n := range want {
+		visit(n)
+	}
+	return out, nil
+}
+
+// Edge returns the edge service when it runs in this process.
+func (a *App) Edge() *edge.Service {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.edge
+}
+
+// NATS returns the process's bus connection (after Run started).
+func (a *App) NATS() *nats.Conn { return a.nc }
+
+// NATSServer returns the embedded server, if any.
+func (a *App) NATSServer() *server.Server { return a.srv }
+
+// Ready reports whether every module is ready.
+func (a *App) Ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.states) == 0 {
+		return false
+	}
+	for _, s := range a.states {
+		if s.ready != nil && !s.ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run starts the bus and every module in dependency order and blocks until
+// ctx ends or a module fails; then it stops the modules in reverse order,
+// each draining its work, and closes the bus last.
+func (a *App) Run(ctx context.Context) error {
+	names, _ := order(a.opts.Targets)
+	if err := a.startBus(); err != nil {
+		return err
+	}
+	defer a.stopBus()
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := events.Ensure(setupCtx, a.js, a.opts.Edge.Streams)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	for _, n := range names {
+		m := modules[n]
+		if m.build == nil {
+			continue
+		}
+		run, ready, err := m.build(a)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		a.mu.Lock()
+		a.states = append(a.states, &state{name: n, run: run, ready: ready})
+		a.mu.Unlock()
+	}
+
+	type exit struct {
+		name string
+		err  error
+	}
+	exits := make(chan exit, len(a.states))
+	cancels := make([]context.CancelFunc, len(a.states))
+	dones := make([]chan struct{}, len(a.states))
+	for i, s := range a.states {
+		mctx, mcancel := context.WithCancel(context.Background())
+		cancels[i] = mcancel
+		dones[i] = make(chan struct{})
+		go func(i int, s *state) {
+			defer close(dones[i])
+			err := s.run(mctx)
+			exits <- exit{s.name, err}
+		}(i, s)
+		a.log.Info("module started", "module", s.name)
+	}
+
+	var failure error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down")
+	case e := <-exits:
+		if e.err != nil {
+			failure = fmt.Errorf("%s: %w", e.name, e.err)
+		} else {
+			failure = fmt.Errorf("%s stopped unexpectedly", e.name)
+		}
+		a.log.Error("module failed; stopping everything", "module", e.name, "err", failure)
+	}
+	for i := len(a.states) - 1; i >= 0; i-- {
+		cancels[i]()
+		<-dones[i]
+		a.log.Info("module stopped", "module", a.states[i].name)
+	}
+	return failure
+}
+
+func (a *App) startBus() error {
+	if a.opts.NATSURL != "" {
+		nc, err := natsutil.Connect(a.opts.NATSURL, "aiforge")
+		if err != nil {
+			return err
+		}
+		a.nc = nc
+	} else {
+		if a.opts.DataDir == "" {
+			return errors.New("a data dir is required for the embedded bus")
+		}
+		cfg := natsutil.EmbeddedConfig{StoreDir: filepath.Join(a.opts.DataDir, "jetstream"), DontListen: true}
+		if a.opts.NATSListen != "" {
+			host, port, err := net.SplitHostPort(a.opts.NATSListen)
+			if err != nil {
+				return fmt.Errorf("nats listen address: %w", err)
+			}
+			cfg.DontListen = false
+			cfg.Host = host
+			if _, err := fmt.Sscanf(port, "%d", &cfg.Port); err != nil {
+				return fmt.Errorf("nats listen port: %w", err)
+			}
+		}
+		srv, err := natsutil.StartEmbedded(cfg)
+		if err != nil {
+			return err
+		}
+		a.srv = srv
+		nc, err := natsutil.ConnectInProcess(srv, "aiforge")
+		if err != nil {
+			srv.Shutdown()
+			return err
+		}
+		a.nc = nc
+	}
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	a.js = js
+	return nil
+}
+
+func (a *App) stopBus() {
+	if a.nc != nil {
+		_ = a.nc.Drain()
+		for a.nc.IsDraining() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		a.nc.Close()
+	}
+	if a.srv != nil {
+		a.srv.Shutdown()
+		a.srv.WaitForShutdown()
+	}
+	_ = a.Tracer.Shutdown(context.Background())
+}
+
+func (a *App) tracer() trace.TracerProvider { return a.Tracer }
+
+func (a *App) adminKey() (string, error) {
+	if a.opts.AdminKey != "" {
+		return a.opts.AdminKey, nil
+	}
+	if a.opts.DataDir == "" {
+		return "", errors.New("an admin key is required (AIFORGE_ADMIN_KEY) when there is no data dir")
+	}
+	path := filepath.Join(a.opts.DataDir, "admin.key")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [32]byte
+	_, _ = rand.Read(raw[:])
+	key := "ak-" + base64.RawURLEncoding.EncodeToString(raw[:])
+	if err := os.MkdirAll(a.opts.DataDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store admin key: %w", err)
+	}
+	if a.opts.OnAdminKey != nil {
+		a.opts.OnAdminKey(key, path)
+	}
+	return key, nil
+}
+
+func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
+	cfg := a.opts.Edge
+	cfg.Listen = a.opts.Listen
+	key, err := a.adminKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.AdminKey = key
+	e, err := edge.New(cfg, edge.Deps{
+		NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
+		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	a.mu.Lock()
+	a.edge = e
+	a.mu.Unlock()
+	// The edge's own readiness includes a.Ready; report only its part here.
+	return e.Run, func() bool { return e.Addr() != "" }, nil
+}
+
+// workerMetrics is shared by every worker of the process.
+func (a *App) workerMetrics() (*worker.Metrics, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wm == nil {
+		m, err := worker.NewMetrics(a.Registry)
+		if err != nil {
+			return nil, err
+		}
+		a.wm = m
+	}
+	return a.wm, nil
+}
+
+func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error) {
+	m, err := a.workerMetrics()
+	if err != nil {
+		return nil, nil, err
+	}
+	sup, err := worker.NewSupervisor(worker.SupervisorConfig{WorkerDefaults: a.opts.WorkerDefaults},
+		worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sup.Run, nil, nil
+}
+
+func (a *App) buildWorker() (func(context.Context) error, func() bool, error) {
+	m, err := a.workerMetrics()
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := worker.New(a.opts.Worker, worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return w.Run, w.Ready, nil
+}
+
+// Store opens the registry on the process's bus (for in-process tools).
+func (a *App) Store(ctx context.Context) (*registry.Store, error) { return registry.Open(ctx, a.js) }

@@ -1,0 +1,277 @@
+// Package bench measures what aiforge adds over calling an engine directly:
+// the engine simulator is called both ways in the same run, interleaved, so
+// the figures are ratios against a baseline that saw the same noise.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aiforge/aiforge/internal/app"
+	"github.com/aiforge/aiforge/internal/cli"
+	"github.com/aiforge/aiforge/pkg/enginesim"
+)
+
+// Options size a run.
+type Options struct {
+	// Requests per latency series at concurrency 1.
+	Requests int
+	// Concurrency and Duration of the throughput runs.
+	Concurrency int
+	Duration    time.Duration
+	// Tokens per streamed answer.
+	Tokens int
+	// Progress receives one line per phase.
+	Progress io.Writer
+}
+
+// Series is latency statistics of one path.
+type Series struct {
+	P50, P99 time.Duration
+}
+
+// Report holds the figures of a run.
+type Report struct {
+	PlainDirect, PlainAiforge   Series
+	StreamDirect, StreamAiforge Series
+	RPSDirect, RPSAiforge       float64
+	Concurrency                 int
+	Tokens                      int
+}
+
+// Print writes the report as a table.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%-34s %10s %10s %10s\n", "concurrency 1", "direct", "aiforge", "added")
+	row := func(name string, d, a time.Duration) {
+		fmt.Fprintf(w, "%-34s %10s %10s %10s\n", name, us(d), us(a), us(a-d))
+	}
+	row("plain chat p50", r.PlainDirect.P50, r.PlainAiforge.P50)
+	row("plain chat p99", r.PlainDirect.P99, r.PlainAiforge.P99)
+	row(fmt.Sprintf("streamed chat (%d tokens) p50", r.Tokens), r.StreamDirect.P50, r.StreamAiforge.P50)
+	row(fmt.Sprintf("streamed chat (%d tokens) p99", r.Tokens), r.StreamDirect.P99, r.StreamAiforge.P99)
+	fmt.Fprintf(w, "\n%-34s %10s %10s %10s\n", fmt.Sprintf("concurrency %d, plain chat", r.Concurrency), "direct", "aiforge", "ratio")
+	fmt.Fprintf(w, "%-34s %10.0f %10.0f %9.1f%%\n", "requests per second", r.RPSDirect, r.RPSAiforge, 100*r.RPSAiforge/r.RPSDirect)
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microseconds())/1000) }
+
+// Run starts an engine simulator and an all-in-one aiforge (auth and usage
+// on), then measures both paths.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if o.Requests == 0 {
+		o.Requests = 2000
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 32
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Tokens == 0 {
+		o.Tokens = 16
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	rep := Report{Concurrency: o.Concurrency, Tokens: o.Tokens}
+
+	_, engineURL, closeSim, err := enginesim.Start(enginesim.Config{Models: []string{"bench-upstream"}})
+	if err != nil {
+		return rep, err
+	}
+	defer closeSim()
+
+	dir, err := os.MkdirTemp("", "aiforge-bench-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return rep, err
+	}
+	const admin = "bench-admin-key-0123456789"
+	a, err := app.New(app.Options{DataDir: dir, EdgeListener: ln, AdminKey: admin})
+	if err != nil {
+		return rep, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	base := "http://" + ln.Addr().String()
+
+	fmt.Fprintln(o.Progress, "starting aiforge and the engine simulator ...")
+	if err := waitReady(ctx, base); err != nil {
+		return rep, err
+	}
+	cl := &cli.Client{BaseURL: base, Token: admin}
+	if err := cl.Do(ctx, "POST", "/admin/v1/tenants", map[string]string{"id": "bench"}, nil); err != nil {
+		return rep, err
+	}
+	var key struct {
+		Key string `json:"key"`
+	}
+	if err := cl.Do(ctx, "POST", "/admin/v1/keys", map[string]any{"tenant": "bench"}, &key); err != nil {
+		return rep, err
+	}
+	if err := cl.Do(ctx, "POST", "/admin/v1/models", map[string]any{"name": "bench", "engine": map[string]any{"base_url": engineURL, "model": "bench-upstream"}}, nil); err != nil {
+		return rep, err
+	}
+
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
+	direct := target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"}
+	gw := target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key}
+	if err := waitServed(ctx, gw); err != nil {
+		return rep, err
+	}
+
+	// Warm both paths (connections, pools, JIT-free but cache-hot).
+	for i := 0; i < 200; i++ {
+		_, _ = direct.call(false, o.Tokens)
+		_, _ = gw.call(false, o.Tokens)
+	}
+
+	fmt.Fprintf(o.Progress, "concurrency 1: %d plain requests each way, interleaved ...\n", o.Requests)
+	rep.PlainDirect, rep.PlainAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.call(false, o.Tokens) },
+		func() (time.Duration, error) { return gw.call(false, o.Tokens) })
+	if err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(o.Progress, "concurrency 1: %d streamed requests each way, interleaved ...\n", o.Requests)
+	rep.StreamDirect, rep.StreamAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.call(true, o.Tokens) },
+		func() (time.Duration, error) { return gw.call(true, o.Tokens) })
+	if err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(o.Progress, "concurrency %d: %s direct, then %s through aiforge ...\n", o.Concurrency, o.Duration, o.Duration)
+	if rep.RPSDirect, err = throughput(o.Concurrency, o.Duration, func() error { _, err := direct.call(false, o.Tokens); return err }); err != nil {
+		return rep, err
+	}
+	if rep.RPSAiforge, err = throughput(o.Concurrency, o.Duration, func() error { _, err := gw.call(false, o.Tokens); return err }); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+type target struct {
+	hc    *http.Client
+	url   string
+	model string
+	key   string
+}
+
+func (t target) call(stream bool, tokens int) (time.Duration, error) {
+	body := fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"user","content":"measure me"}],"max_tokens":%d,"stream":%t}`, t.model, tokens, stream)
+	req, _ := http.NewRequest("POST", t.url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if t.key != "" {
+		req.Header.Set("Authorization", "Bearer "+t.key)
+	}
+	start := time.Now()
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: HTTP %d", t.url, resp.StatusCode)
+	}
+	return d, nil
+}
+
+func interleaved(n int, a, b func() (time.Duration, error)) (Series, Series, error) {
+	da := make([]time.Duration, 0, n)
+	db := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		x, err := a()
+		if err != nil {
+			return Series{}, Series{}, err
+		}
+		y, err := b()
+		if err != nil {
+			return Series{}, Series{}, err
+		}
+		da = append(da, x)
+		db = append(db, y)
+	}
+	return stats(da), stats(db), nil
+}
+
+func stats(d []time.Duration) Series {
+	slices.Sort(d)
+	return Series{P50: d[len(d)/2], P99: d[len(d)*99/100]}
+}
+
+func throughput(conc int, dur time.Duration, call func() error) (float64, error) {
+	var count atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < conc; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := call(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return 0, e
+	}
+	return float64(count.Load()) / time.Since(start).Seconds(), nil
+}
+
+func waitReady(ctx context.Context, base string) error {
+	for i := 0; i < 2000; i++ {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("aiforge did not become ready")
+}
+
+func waitServed(ctx context.Context, t target) error {
+	var err error
+	for i := 0; i < 500; i++ {
+		if _, err = t.call(false, 1); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("model not served: %w", err)
+}

@@ -1,0 +1,103 @@
+// Package cli holds the client side of aiforge's commands: an admin API
+// client and its table printing.
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client calls the admin API.
+type Client struct {
+	BaseURL string
+	Token   string
+	HTTP    *http.Client
+}
+
+// APIError is an error answer of the API, in OpenAI's shape.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	Param   string
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("HTTP %d", e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.Param != "" {
+		msg += " (param " + e.Param + ")"
+	}
+	return msg + ": " + e.Message
+}
+
+// Do sends a JSON request and decodes a JSON answer into out (if not nil).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach aiforge at %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Code    *string `json:"code"`
+				Param   *string `json:"param"`
+			} `json:"error"`
+		}
+		ae := &APIError{Status: resp.StatusCode}
+		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
+			ae.Message = e.Error.Message
+			if e.Error.Code != nil {
+				ae.Code = *e.Error.Code
+			}
+			if e.Error.Param != nil {
+				ae.Param = *e.Error.Param
+			}
+		} else {
+			ae.Message = strings.TrimSpace(string(data))
+		}
+		return ae
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+package edge
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/registry"
+)
+
+// The admin API manages tenants, keys and model bindings. It answers in
+// OpenAI's error shape like the rest of the edge.
+func (s *Service) adminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /admin/v1/tenants", s.admin(s.createTenant))
+	mux.HandleFunc("GET /admin/v1/tenants", s.admin(s.listTenants))
+	mux.HandleFunc("GET /admin/v1/tenants/{id}", s.admin(s.getTenant))
+	mux.HandleFunc("POST /admin/v1/keys", s.admin(s.createKey))
+	mux.HandleFunc("GET /admin/v1/keys", s.admin(s.listKeys))
+	mux.HandleFunc("GET /admin/v1/keys/{id}", s.admin(s.getKey))
+	mux.HandleFunc("DELETE /admin/v1/keys/{id}", s.admin(s.revokeKey))
+	mux.HandleFunc("POST /admin/v1/models", s.admin(s.registerModel))
+	mux.HandleFunc("GET /admin/v1/models", s.admin(s.listAdminModels))
+	mux.HandleFunc("GET /admin/v1/models/{name...}", s.admin(s.getAdminModel))
+	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
+}
+
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
+	want := []byte(s.cfg.AdminKey)
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearer(r)
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			contracts.Write(w, &contracts.Error{Status: http.StatusUnauthorized, Type: contracts.TypeInvalidRequest,
+				Code: contracts.CodeInvalidAPIKey, Message: "The admin API needs 'Authorization: Bearer <admin key>'."})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// decodeAdmin reads a small JSON object strictly: unknown fields are
+// refused so that a typo does not silently do nothing.
+func decodeAdmin(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			contracts.Write(w, contracts.ErrBodyTooLarge(1<<20))
+		case errors.As(err, &te):
+			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
+		case errors.Is(err, io.EOF):
+			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is empty; a JSON object is expected."))
+		default:
+			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid: "+trimJSONErr(err)))
+		}
+		return false
+	}
+	return true
+}
+
+func (s *Service) storeError(w http.ResponseWriter, err error, what string) {
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		contracts.Write(w, contracts.ErrNotFound(what+" not found."))
+	case errors.Is(err, registry.ErrExists):
+		contracts.Write(w, contracts.ErrConflict(what+" already exists."))
+	case errors.Is(err, registry.ErrInvalid):
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
+	default:
+		s.log.Error("admin store error", "what", what, "err", err)
+		contracts.Write(w, contracts.ErrInternal("The registry could not be reached."))
+	}
+}
+
+func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ID string `json:"id"`
+	}
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	if !registry.ValidTenantID(req.ID) {
+		contracts.Write(w, contracts.ErrBadRequest("id", contracts.CodeInvalidRequest, "Tenant id must be 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit."))
+		return
+	}
+	t, err := s.store.CreateTenant(r.Context(), req.ID)
+	if err != nil {
+		s.storeError(w, err, "Tenant '"+req.ID+"'")
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.ListTenants(r.Context())
+	if err != nil {
+		s.storeError(w, err, "Tenants")
+		return
+	}
+	if ts == nil {
+		ts = []registry.Tenant{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ts})
+}
+
+func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
+	t, err := s.store.GetTenant(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// keyView is a key as the API shows it: never the hash, the secret only
+// once, at creation.
+type keyView struct {
+	ID        string    `json:"id"`
+	Object    string    `json:"object"`
+	Key       string    `json:"key,omitempty"`
+	Tenant    string    `json:"tenant"`
+	Name      string    `json:"name,omitempty"`
+	Models    []string  `json:"models"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func viewKey(k registry.Key, secret string) keyView {
+	return keyView{ID: k.ID, Object: "api_key", Key: secret, Tenant: k.Tenant, Name: k.Name, Models: k.Models, CreatedAt: k.CreatedAt}
+}
+
+func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Tenant string   `json:"tenant"`
+		Name   string   `json:"name"`
+		Models []string `json:"models"`
+	}
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	if req.Tenant == "" {
+		contracts.Write(w, contracts.ErrBadRequest("tenant", contracts.CodeMissingParam, "Missing required parameter: 'tenant'."))
+		return
+	}
+	for _, m := range req.Models {
+		if m == "" {
+			contracts.Write(w, contracts.ErrBadRequest("models", contracts.CodeInvalidRequest, "Model names in 'models' must not be empty."))
+			return
+		}
+	}
+	k, secret, err := s.store.CreateKey(r.Context(), req.Tenant, req.Name, req.Models)
+	if err != nil {
+		s.storeError(w, err, "Key")
+		return
+	}
+	// Make the key usable on this replica before answering, so that a client
+	// using it at once is not refused by a watcher that lags by a millisecond.
+	s.keysMu.Lock()
+	s.keys[k.ID] = &k
+	s.keysMu.Unlock()
+	s.log.Info("api key created", "key_id", k.ID, "tenant", k.Tenant)
+	writeJSON(w, http.StatusCreated, viewKey(k, secret))
+}
+
+func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
+	ks, err := s.store.ListKeys(r.Context(), r.URL.Query().Get("tenant"))
+	if err != nil {
+		s.storeError(w, err, "Keys")
+		return
+	}
+	data := make([]keyView, 0, len(ks))
+	for _, k := range ks {
+		data = append(data, viewKey(k, ""))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
+	k, err := s.store.GetKey(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
+		return
+	}
+	writeJSON(w, http.StatusOK, viewKey(k, ""))
+}
+
+func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.store.RevokeKey(r.Context(), id); err != nil {
+		s.storeError(w, err, "Key '"+id+"'")
+		return
+	}
+	// The watcher does the same on every replica; doing it here too means
+	// this replica refuses the key before the call returns.
+	s.keysMu.Lock()
+	delete(s.keys, id)
+	s.keysMu.Unlock()
+	s.revoke(id)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "api_key", "deleted": true})
+}
+
+type modelView struct {
+	Name      string          `json:"name"`
+	Object    string          `json:"object"`
+	Engine    registry.Engine `json:"engine"`
+	OwnedBy   string          `json:"owned_by,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+func viewModel(m registry.Model) modelView {
+	m = m.Redacted()
+	return modelView{Name: m.Name, Object: "model_binding", Engine: m.Engine, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
+}
+
+func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name    string          `json:"name"`
+		Engine  registry.Engine `json:"engine"`
+		OwnedBy string          `json:"owned_by"`
+	}
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	m := registry.Model{Name: req.Name, Engine: req.Engine, OwnedBy: req.OwnedBy}
+	if err := registry.ValidateModel(m); err != nil {
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
+		return
+	}
+	status := http.StatusCreated
+	if old, err := s.store.GetModel(r.Context(), m.Name); err == nil {
+		m.CreatedAt = old.CreatedAt
+		status = http.StatusOK
+	}
+	if err := s.store.PutModel(r.Context(), m); err != nil {
+		s.storeError(w, err, "Model '"+m.Name+"'")
+		return
+	}
+	stored, err := s.store.GetModel(r.Context(), m.Name)
+	if err != nil {
+		s.storeError(w, err, "Model '"+m.Name+"'")
+		return
+	}
+	s.modelsMu.Lock()
+	s.models[stored.Name] = stored
+	s.modelsMu.Unlock()
+	s.log.Info("model registered", "model", m.Name, "engine", m.Engine.BaseURL, "upstream", m.Engine.Model)
+	writeJSON(w, status, viewModel(stored))
+}
+
+func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
+	ms, err := s.store.ListModels(r.Context())
+	if err != nil {
+		s.storeError(w, err, "Models")
+		return
+	}
+	data := make([]modelView, 0, len(ms))
+	for _, m := range ms {
+		data = append(data, viewModel(m))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
+	m, err := s.store.GetModel(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.storeError(w, err, "Model '"+r.PathValue("name")+"'")
+		return
+	}
+	writeJSON(w, http.StatusOK, viewModel(m))
+}
+
+func (s *Service) deleteModel(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.store.DeleteModel(r.Context(), name); err != nil {
+		s.storeError(w, err, "Model '"+name+"'")
+		return
+	}
+	s.modelsMu.Lock()
+	delete(s.models, name)
+	s.modelsMu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"id": name, "object": "model_binding", "deleted": true})
+}

@@ -1,0 +1,203 @@
+// Package worker binds one served model name to one OpenAI-compatible engine
+// (vLLM, SGLang, llama.cpp's llama-server, Ollama, TEI) and serves the
+// model's real-time requests from the bus: it takes them from the bridge
+// queue group, forwards them to the engine, streams the answer back, and
+// publishes one usage event per request.
+//
+// A Supervisor runs one worker per model registered in the registry, in one
+// process, starting, restarting and stopping them as bindings change.
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/registry"
+)
+
+// Defaults.
+const (
+	DefaultMaxConcurrency    = 64
+	DefaultSource            = "worker"
+	DefaultHeartbeatInterval = time.Second
+	DefaultHealthInterval    = 5 * time.Second
+	DefaultRequestTimeout    = 10 * time.Minute
+	DefaultDrainTimeout      = 30 * time.Second
+)
+
+// Config configures one worker.
+type Config struct {
+	// Model is the served model name: what clients ask for.
+	Model string
+	// Engine is where requests go: BaseURL (ends with /v1), Model (the
+	// upstream name), APIKey (optional), MaxConcurrency (default 64).
+	Engine registry.Engine
+	// WorkerID identifies this replica. Default "w-" + 8 random hex digits.
+	WorkerID string
+	// Source names the reporter of usage events. Default "worker".
+	Source string
+	// HeartbeatInterval is the bridge heartbeat period. Default 1s.
+	HeartbeatInterval time.Duration
+	// HealthInterval is the engine health check period. Default 5s.
+	HealthInterval time.Duration
+	// RequestTimeout bounds one engine request. Default 10m.
+	RequestTimeout time.Duration
+	// DrainTimeout bounds how long a stopping worker waits for requests in
+	// flight. Default 30s.
+	DrainTimeout time.Duration
+}
+
+// Validate reports every problem of c at once; it never mutates c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("Model is required"))
+	}
+	if err := validateBaseURL(c.Engine.BaseURL); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Engine.Model == "" {
+		errs = append(errs, errors.New("Engine.Model (the upstream model name) is required"))
+	}
+	if c.Engine.MaxConcurrency < 0 {
+		errs = append(errs, errors.New("Engine.MaxConcurrency must not be negative"))
+	}
+	errs = append(errs, c.validateDurations())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	return nil
+}
+
+func (c Config) validateDurations() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval},
+		{"HealthInterval", c.HealthInterval},
+		{"RequestTimeout", c.RequestTimeout},
+		{"DrainTimeout", c.DrainTimeout},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateBaseURL(s string) error {
+	if s == "" {
+		return errors.New("Engine.BaseURL is required")
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("Engine.BaseURL %q must be an http(s) URL such as http://127.0.0.1:8000/v1", redactURL(s))
+	}
+	return nil
+}
+
+// withDefaults returns c with every default applied.
+func (c Config) withDefaults() Config {
+	c.Engine.BaseURL = strings.TrimRight(c.Engine.BaseURL, "/")
+	if c.Engine.MaxConcurrency == 0 {
+		c.Engine.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = newWorkerID()
+	}
+	if c.Source == "" {
+		c.Source = DefaultSource
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	return c
+}
+
+func newWorkerID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "w-" + hex.EncodeToString(b[:])
+}
+
+// redactURL hides credentials embedded in a URL, for messages and logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Logger *slog.Logger
+	// Metrics is shared by all workers of a process; required (NewMetrics).
+	Metrics *Metrics
+	// Tracer is optional; the default is a no-op provider (no globals).
+	Tracer trace.TracerProvider
+	// HTTPClient is optional; the default has a transport tuned for many
+	// concurrent long streams to one host, and no overall timeout.
+	HTTPClient *http.Client
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.NC == nil {
+		errs = append(errs, errors.New("Deps.NC is required"))
+	}
+	if d.JS == nil {
+		errs = append(errs, errors.New("Deps.JS is required"))
+	}
+	if d.Metrics == nil {
+		errs = append(errs, errors.New("Deps.Metrics is required (NewMetrics)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker deps: %w", err)
+	}
+	return nil
+}
+
+// NewHTTPClient returns the default engine client: keep-alive connections
+// for hundreds of concurrent streams to one engine, no compression (streams
+// must not be buffered by a decompressor), and no overall timeout, because a
+// stream may last minutes; requests are bounded by their context instead.
+func NewHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		ReadBufferSize:        32 << 10,
+		WriteBufferSize:       32 << 10,
+	}}
+}
