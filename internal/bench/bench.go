@@ -64,8 +64,87 @@ func (r Report) Print(w io.Writer) {
 
 func us(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microseconds())/1000) }
 
-// Run starts an engine simulator and an all-in-one aiforge (auth and usage
-// on), then measures both paths.
+// Env is a running engine simulator and an all-in-one aiforge (auth and
+// usage on) with one model bound to the simulator.
+type Env struct {
+	Direct, Gateway target
+	close           func()
+}
+
+// Close stops everything Setup started.
+func (e *Env) Close() { e.close() }
+
+// Setup starts the simulator and aiforge and waits until the model answers.
+func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	_, engineURL, closeSim, err := enginesim.Start(enginesim.Config{Models: []string{"bench-upstream"}})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, closeSim)
+	dir, err := os.MkdirTemp("", "aiforge-bench-")
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	closers = append(closers, func() { _ = os.RemoveAll(dir) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	const admin = "bench-admin-key-0123456789"
+	a, err := app.New(app.Options{DataDir: dir, EdgeListener: ln, AdminKey: admin})
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	closers = append(closers, func() { stop(); <-done })
+	base := "http://" + ln.Addr().String()
+
+	fmt.Fprintln(progress, "starting aiforge and the engine simulator ...")
+	fail := func(err error) (*Env, error) { cleanup(); return nil, err }
+	if err := waitReady(ctx, base); err != nil {
+		return fail(err)
+	}
+	cl := &cli.Client{BaseURL: base, Token: admin}
+	if err := cl.Do(ctx, "POST", "/admin/v1/tenants", map[string]string{"id": "bench"}, nil); err != nil {
+		return fail(err)
+	}
+	var key struct {
+		Key string `json:"key"`
+	}
+	if err := cl.Do(ctx, "POST", "/admin/v1/keys", map[string]any{"tenant": "bench"}, &key); err != nil {
+		return fail(err)
+	}
+	if err := cl.Do(ctx, "POST", "/admin/v1/models", map[string]any{"name": "bench", "engine": map[string]any{"base_url": engineURL, "model": "bench-upstream"}}, nil); err != nil {
+		return fail(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
+	env := &Env{
+		Direct:  target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
+		Gateway: target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
+		close:   cleanup,
+	}
+	if err := waitServed(ctx, env.Gateway); err != nil {
+		return fail(err)
+	}
+	return env, nil
+}
+
+// Run measures both paths, interleaved at concurrency 1 and one after the
+// other at o.Concurrency.
 func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Requests == 0 {
 		o.Requests = 2000
@@ -83,81 +162,36 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		o.Progress = io.Discard
 	}
 	rep := Report{Concurrency: o.Concurrency, Tokens: o.Tokens}
-
-	_, engineURL, closeSim, err := enginesim.Start(enginesim.Config{Models: []string{"bench-upstream"}})
+	env, err := Setup(ctx, o.Progress)
 	if err != nil {
 		return rep, err
 	}
-	defer closeSim()
+	defer env.Close()
+	direct, gw := env.Direct, env.Gateway
 
-	dir, err := os.MkdirTemp("", "aiforge-bench-")
-	if err != nil {
-		return rep, err
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return rep, err
-	}
-	const admin = "bench-admin-key-0123456789"
-	a, err := app.New(app.Options{DataDir: dir, EdgeListener: ln, AdminKey: admin})
-	if err != nil {
-		return rep, err
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	base := "http://" + ln.Addr().String()
-
-	fmt.Fprintln(o.Progress, "starting aiforge and the engine simulator ...")
-	if err := waitReady(ctx, base); err != nil {
-		return rep, err
-	}
-	cl := &cli.Client{BaseURL: base, Token: admin}
-	if err := cl.Do(ctx, "POST", "/admin/v1/tenants", map[string]string{"id": "bench"}, nil); err != nil {
-		return rep, err
-	}
-	var key struct {
-		Key string `json:"key"`
-	}
-	if err := cl.Do(ctx, "POST", "/admin/v1/keys", map[string]any{"tenant": "bench"}, &key); err != nil {
-		return rep, err
-	}
-	if err := cl.Do(ctx, "POST", "/admin/v1/models", map[string]any{"name": "bench", "engine": map[string]any{"base_url": engineURL, "model": "bench-upstream"}}, nil); err != nil {
-		return rep, err
-	}
-
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
-	direct := target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"}
-	gw := target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key}
-	if err := waitServed(ctx, gw); err != nil {
-		return rep, err
-	}
-
-	// Warm both paths (connections, pools, JIT-free but cache-hot).
+	// Warm both paths: connections, pools, caches.
 	for i := 0; i < 200; i++ {
-		_, _ = direct.call(false, o.Tokens)
-		_, _ = gw.call(false, o.Tokens)
+		_, _ = direct.Call(false, o.Tokens)
+		_, _ = gw.Call(false, o.Tokens)
 	}
 
 	fmt.Fprintf(o.Progress, "concurrency 1: %d plain requests each way, interleaved ...\n", o.Requests)
-	rep.PlainDirect, rep.PlainAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.call(false, o.Tokens) },
-		func() (time.Duration, error) { return gw.call(false, o.Tokens) })
+	rep.PlainDirect, rep.PlainAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.Call(false, o.Tokens) },
+		func() (time.Duration, error) { return gw.Call(false, o.Tokens) })
 	if err != nil {
 		return rep, err
 	}
 	fmt.Fprintf(o.Progress, "concurrency 1: %d streamed requests each way, interleaved ...\n", o.Requests)
-	rep.StreamDirect, rep.StreamAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.call(true, o.Tokens) },
-		func() (time.Duration, error) { return gw.call(true, o.Tokens) })
+	rep.StreamDirect, rep.StreamAiforge, err = interleaved(o.Requests, func() (time.Duration, error) { return direct.Call(true, o.Tokens) },
+		func() (time.Duration, error) { return gw.Call(true, o.Tokens) })
 	if err != nil {
 		return rep, err
 	}
 	fmt.Fprintf(o.Progress, "concurrency %d: %s direct, then %s through aiforge ...\n", o.Concurrency, o.Duration, o.Duration)
-	if rep.RPSDirect, err = throughput(o.Concurrency, o.Duration, func() error { _, err := direct.call(false, o.Tokens); return err }); err != nil {
+	if rep.RPSDirect, err = throughput(o.Concurrency, o.Duration, func() error { _, err := direct.Call(false, o.Tokens); return err }); err != nil {
 		return rep, err
 	}
-	if rep.RPSAiforge, err = throughput(o.Concurrency, o.Duration, func() error { _, err := gw.call(false, o.Tokens); return err }); err != nil {
+	if rep.RPSAiforge, err = throughput(o.Concurrency, o.Duration, func() error { _, err := gw.Call(false, o.Tokens); return err }); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -170,7 +204,8 @@ type target struct {
 	key   string
 }
 
-func (t target) call(stream bool, tokens int) (time.Duration, error) {
+// Call sends one chat request and reads the whole answer.
+func (t target) Call(stream bool, tokens int) (time.Duration, error) {
 	body := fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"user","content":"measure me"}],"max_tokens":%d,"stream":%t}`, t.model, tokens, stream)
 	req, _ := http.NewRequest("POST", t.url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -264,7 +299,7 @@ func waitReady(ctx context.Context, base string) error {
 func waitServed(ctx context.Context, t target) error {
 	var err error
 	for i := 0; i < 500; i++ {
-		if _, err = t.call(false, 1); err == nil {
+		if _, err = t.Call(false, 1); err == nil {
 			return nil
 		}
 		select {

@@ -135,6 +135,10 @@ type OutRequest struct {
 	Body         []byte
 	// Header carries extra headers, such as trace context.
 	Header nats.Header
+	// Flush, when set, is called whenever the data passed to the sink so far
+	// should reach the client: before Do waits for the next frame. Frames
+	// that arrived together are written with one flush; none is held back.
+	Flush func() error
 }
 
 // Result describes a finished request.
@@ -153,14 +157,14 @@ type Result struct {
 // worker took the request) or the context's cause.
 func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) error) (Result, error) {
 	subject := events.Infer(req.Model)
-	res, err := c.attempt(ctx, subject, req, sink)
+	res, err := c.attempt(ctx, subject, req, 1, sink)
 	var be *Error
 	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
 		failed := res.WorkerID
 		if other := c.findOther(ctx, req.Model, failed); other != "" {
 			subject = fmt.Sprintf(events.InferDirectT, events.Token(req.Model), other)
 		}
-		res, err = c.attempt(ctx, subject, req, sink)
+		res, err = c.attempt(ctx, subject, req, MaxAttempts, sink)
 		res.Retried = true
 	}
 	return res, err
@@ -192,7 +196,7 @@ func (c *Client) findOther(ctx context.Context, model, exclude string) string {
 	}
 }
 
-func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, sink func([]byte) error) (Result, error) {
+func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, attempt int, sink func([]byte) error) (Result, error) {
 	var res Result
 	tok := strconv.FormatUint(c.seq.Add(1), 36)
 	p := &pending{ch: make(chan *nats.Msg, c.cfg.Window+32), id: req.ID}
@@ -216,6 +220,7 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, s
 	m.Header.Set(HdrStream, boolHdr(req.Stream))
 	m.Header.Set(HdrIncludeUsage, boolHdr(req.IncludeUsage))
 	m.Header.Set(HdrWindow, strconv.Itoa(c.cfg.Window))
+	m.Header.Set(HdrAttempt, strconv.Itoa(attempt))
 	if err := c.nc.PublishMsg(m); err != nil {
 		release()
 		return res, &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable", Message: "bus unavailable: " + err.Error()}
@@ -234,7 +239,17 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, s
 		return &Error{Status: http.StatusBadGateway, Code: "worker_lost", AfterData: res.DataFrames > 0,
 			Message: "the worker stopped answering"}
 	}
+	dirty := false
 	for {
+		if dirty && len(p.ch) == 0 {
+			dirty = false
+			if err := req.Flush(); err != nil {
+				p.canceled.Store(true)
+				c.sendControl(res.WorkerID, req.ID, ControlCancel, 0)
+				releaseLater(c, tok)
+				return res, err
+			}
+		}
 		select {
 		case f := <-p.ch:
 			if p.overflow.Load() {
@@ -252,6 +267,7 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, s
 					releaseLater(c, tok)
 					return res, err
 				}
+				dirty = req.Flush != nil
 				consumed++
 				if consumed >= half {
 					c.sendControl(res.WorkerID, req.ID, ControlCredit, consumed)

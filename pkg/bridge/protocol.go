@@ -41,6 +41,7 @@ const (
 	HdrStream       = "Aiforge-Stream"
 	HdrIncludeUsage = "Aiforge-Include-Usage"
 	HdrWindow       = "Aiforge-Window"
+	HdrAttempt      = "Aiforge-Attempt"
 	HdrStatus       = "Aiforge-Status"
 	HdrCode         = "Aiforge-Code"
 	HdrRetryable    = "Aiforge-Retryable"
@@ -64,6 +65,10 @@ const (
 	ControlCancel = "cancel"
 	ControlCredit = "credit"
 )
+
+// MaxAttempts is how often the edge sends one request: once, and once more
+// on another replica after a retryable failure before any data.
+const MaxAttempts = 2
 
 // DefaultWindow is the number of data frames a worker may send ahead.
 const DefaultWindow = 128

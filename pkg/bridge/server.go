@@ -62,7 +62,13 @@ type Request struct {
 	Body         []byte
 	Header       nats.Header
 	ReceivedAt   time.Time
+	// Attempt counts from 1; a failure on the last attempt (MaxAttempts) is
+	// final, so a worker records its usage even when nothing was spent.
+	Attempt int
 }
+
+// FinalAttempt reports whether no retry will follow a failure.
+func (r *Request) FinalAttempt() bool { return r.Attempt >= MaxAttempts }
 
 // Handler serves one request, writing frames through w. Its ctx ends when
 // the edge cancels, the credit timeout passes, or the server shuts down.
@@ -181,12 +187,14 @@ func (s *Server) Resume() error {
 	return nil
 }
 
-// Pause stops taking new requests.
+// Pause stops taking new requests. Requests already delivered to this
+// connection are still served (the subscriptions drain), so none is
+// dropped between the server and the handler.
 func (s *Server) Pause() {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
 	for _, sub := range s.subs {
-		_ = sub.Unsubscribe()
+		_ = sub.Drain()
 	}
 	s.subs = nil
 	s.paused = true
@@ -242,6 +250,10 @@ func (s *Server) onRequest(m *nats.Msg) {
 		Body:         m.Data,
 		Header:       h,
 		ReceivedAt:   time.Now(),
+		Attempt:      1,
+	}
+	if a, err := strconv.Atoi(h.Get(HdrAttempt)); err == nil && a > 0 {
+		req.Attempt = a
 	}
 	window := DefaultWindow
 	if v, err := strconv.Atoi(h.Get(HdrWindow)); err == nil && v > 0 {

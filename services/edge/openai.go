@@ -25,9 +25,8 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/telemetry"
 )
-
-var propagator = propagation.TraceContext{}
 
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -273,19 +272,6 @@ func newRequestID() string {
 	return "req_" + hex.EncodeToString(b[:])
 }
 
-// natsCarrier adapts nats.Header to OpenTelemetry propagation.
-type natsCarrier nats.Header
-
-func (c natsCarrier) Get(k string) string { return nats.Header(c).Get(k) }
-func (c natsCarrier) Set(k, v string)     { nats.Header(c).Set(k, v) }
-func (c natsCarrier) Keys() []string {
-	out := make([]string, 0, len(c))
-	for k := range c {
-		out = append(out, k)
-	}
-	return out
-}
-
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *Service) inference(endpoint string) http.HandlerFunc {
@@ -339,7 +325,7 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 	reqID := newRequestID()
 	w.Header().Set("X-Request-Id", reqID)
 
-	ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := s.tracer.Start(ctx, "edge "+endpoint, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(
 			attribute.String("gen_ai.operation.name", endpoint),
@@ -357,7 +343,7 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 	defer stopAfter()
 
 	hdr := nats.Header{}
-	propagator.Inject(ctx, natsCarrier(hdr))
+	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
 	req := &bridge.OutRequest{
 		Model: p.model, ID: reqID, Tenant: key.Tenant, KeyID: key.ID, Endpoint: endpoint,
 		Stream: p.stream, IncludeUsage: p.includeUsage, Body: body, Header: hdr,
@@ -375,6 +361,7 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 	)
 	if p.stream {
 		rc := http.NewResponseController(w)
+		req.Flush = rc.Flush
 		var last time.Time
 		ttft := s.metrics.ttft.WithLabelValues(p.model)
 		itl := s.metrics.itl.WithLabelValues(p.model)
@@ -393,10 +380,7 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 				itl.Observe(now.Sub(last).Seconds())
 			}
 			last = now
-			if err := contracts.WriteEvent(w, payload); err != nil {
-				return err
-			}
-			return rc.Flush()
+			return contracts.WriteEvent(w, payload)
 		})
 	} else {
 		out = bufPool.Get().(*bytes.Buffer)
@@ -524,11 +508,7 @@ func (s *Service) recordLostUsage(key *registry.Key, endpoint string, p parsed, 
 		WorkerID: res.WorkerID, Reporter: s.cfg.InstanceID, StartedAt: start.UTC(), FinishedAt: time.Now().UTC(),
 	}
 	env := events.Envelope{ID: reqID, Source: s.cfg.InstanceID, Tenant: key.Tenant}
-	if sc := span.SpanContext(); sc.IsValid() {
-		h := nats.Header{}
-		propagator.Inject(trace.ContextWithSpanContext(context.Background(), sc), natsCarrier(h))
-		env.TraceParent = h.Get("traceparent")
-	}
+	env.TraceParent = telemetry.TraceParent(trace.ContextWithSpanContext(context.Background(), span.SpanContext()))
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -23,6 +23,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/telemetry"
 )
 
 // Endpoint indexes into endpointNames.
@@ -116,7 +117,7 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 	}
 	c.stream = req.Stream && c.ep != epEmbeddings
 
-	ctx = propagator.Extract(ctx, natsCarrier(req.Header))
+	ctx = telemetry.Propagator.Extract(ctx, telemetry.NATSCarrier(req.Header))
 	ctx, span := s.tracer.Start(ctx, spanNames[c.ep], trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(
@@ -214,7 +215,7 @@ func (s *Service) forward(ctx context.Context, c *call, w *bridge.ResponseWriter
 	if s.authHeader != "" {
 		h["Authorization"] = []string{s.authHeader}
 	}
-	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
 
 	resp, err := s.client.Do(hreq)
 	if err != nil {
@@ -708,13 +709,14 @@ func (s *Service) finish(ctx context.Context, c *call, w *bridge.ResponseWriter,
 			span.SetStatus(codes.Error, c.code)
 		}
 	}
-	env := events.Envelope{ID: c.req.ID, Source: s.cfg.Source, Tenant: c.req.Tenant, TraceParent: traceParentOf(ctx)}
+	env := events.Envelope{ID: c.req.ID, Source: s.cfg.Source, Tenant: c.req.Tenant, TraceParent: telemetry.TraceParent(ctx)}
 	span.End()
 
-	if c.retryable && ev.PromptTokens == 0 && ev.CompletionTokens == 0 {
+	if c.retryable && !c.req.FinalAttempt() && ev.PromptTokens == 0 && ev.CompletionTokens == 0 {
 		// The edge retries this request on another replica under the same
 		// request id: an event here would make JetStream drop the retry's
-		// (deduplicated by id). Nothing was spent, so nothing is lost.
+		// (deduplicated by id). Nothing was spent, so nothing is lost; on the
+		// final attempt the failure is recorded.
 		s.log.Debug("no usage event for a retryable failure", "request_id", c.req.ID, "code", c.code)
 		return
 	}

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkGateway compares calling the engine simulator directly with
+// calling it through aiforge, in one process and one run:
+//
+//	go test -bench Gateway -benchtime 2000x ./internal/bench/
+func BenchmarkGateway(b *testing.B) {
+	env, err := Setup(context.Background(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Close()
+	for _, stream := range []bool{false, true} {
+		name := "plain"
+		if stream {
+			name = "stream16"
+		}
+		for _, tc := range []struct {
+			path string
+			t    target
+		}{{"direct", env.Direct}, {"aiforge", env.Gateway}} {
+			b.Run(name+"/"+tc.path, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := tc.t.Call(stream, 16); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSetupServes checks that the bench environment answers on both paths,
+// so that `aiforge bench` cannot rot unnoticed.
+func TestSetupServes(t *testing.T) {
+	env, err := Setup(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	for _, stream := range []bool{false, true} {
+		if _, err := env.Direct.Call(stream, 4); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Gateway.Call(stream, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
