@@ -81,9 +81,11 @@ var modules = map[string]module{
 	"worker":  {deps: []string{"bus"}, build: (*App).buildWorker},
 }
 
-// groups name sets of modules.
+// groups name sets of modules. Modules start in this order (after their
+// dependencies) and stop in reverse: the edge starts last and stops first,
+// so it drains its open streams while the workers still serve them.
 var groups = map[string][]string{
-	"all": {"edge", "workers"},
+	"all": {"workers", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.

@@ -3,6 +3,7 @@
 package contracts
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -76,10 +77,13 @@ func (e *Error) Body() []byte {
 	if e.Code != "" {
 		w.Code = &e.Code
 	}
-	b, _ := json.Marshal(struct {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(struct {
 		Error wireError `json:"error"`
 	}{w})
-	return b
+	return bytes.TrimRight(buf.Bytes(), "\n")
 }
 
 // ParseError reads an OpenAI-shaped error body; ok is false when body is not
