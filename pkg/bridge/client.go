@@ -46,7 +46,11 @@ type Client struct {
 }
 
 type pending struct {
-	ch       chan *nats.Msg
+	ch chan *nats.Msg
+	// seen is when a heartbeat last arrived (unix nanos); heartbeats are
+	// not queued, so a client that stops reading cannot fill the buffer
+	// with them.
+	seen     atomic.Int64
 	overflow atomic.Bool
 	canceled atomic.Bool
 	id       string
@@ -100,6 +104,10 @@ func (c *Client) dispatch(m *nats.Msg) {
 		if m.Header.Get(HdrFrame) == FrameAck {
 			c.sendControl(m.Header.Get(HdrWorker), p.id, ControlCancel, 0)
 		}
+		return
+	}
+	if len(m.Header) > 0 && m.Header.Get(HdrFrame) == FrameHB {
+		p.seen.Store(time.Now().UnixNano())
 		return
 	}
 	select {
@@ -233,8 +241,8 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, a
 	half := max(c.cfg.Window/2, 1)
 	lost := func() error {
 		if !acked {
-			return &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable",
-				Message: "no worker acknowledged the request in time"}
+			return fmt.Errorf("%w: %w", ErrNoWorker, &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable",
+				Message: "no worker acknowledged the request in time"})
 		}
 		return &Error{Status: http.StatusBadGateway, Code: "worker_lost", AfterData: res.DataFrames > 0,
 			Message: "the worker stopped answering"}
@@ -303,6 +311,10 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, a
 			}
 			timer.Reset(c.cfg.HeartbeatTimeout)
 		case <-timer.C:
+			if idle := time.Since(time.Unix(0, p.seen.Load())); acked && idle < c.cfg.HeartbeatTimeout {
+				timer.Reset(c.cfg.HeartbeatTimeout - idle)
+				continue
+			}
 			release()
 			return res, lost()
 		case <-ctx.Done():

@@ -89,8 +89,9 @@ type Server struct {
 	subs   []*nats.Subscription
 	paused bool
 
-	mu     sync.Mutex
-	active map[string]*ResponseWriter
+	mu       sync.Mutex
+	active   map[string]*ResponseWriter
+	stopping bool
 
 	slots   chan struct{}
 	waiting atomic.Int64
@@ -203,6 +204,9 @@ func (s *Server) Pause() {
 // Shutdown stops taking requests, waits for those in flight until ctx ends,
 // then cancels the rest (their edges get an error frame) and returns.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	s.Pause()
 	_ = s.nc.Flush()
 	done := make(chan struct{})
@@ -269,9 +273,18 @@ func (s *Server) onRequest(m *nats.Msg) {
 		return
 	}
 	s.mu.Lock()
+	if s.stopping {
+		// Delivered while the subscriptions drain: hand it back so the edge
+		// retries it on another replica.
+		s.mu.Unlock()
+		_ = w.Fail(&Error{Status: http.StatusServiceUnavailable, Code: "shutting_down", Retryable: true,
+			Message: fmt.Sprintf("worker %s is shutting down", s.cfg.WorkerID)})
+		cancel()
+		return
+	}
 	s.active[req.ID] = w
-	s.mu.Unlock()
 	s.wg.Add(1)
+	s.mu.Unlock()
 	ack := nats.NewMsg(m.Reply)
 	ack.Header.Set(HdrFrame, FrameAck)
 	ack.Header.Set(HdrWorker, s.cfg.WorkerID)

@@ -84,6 +84,10 @@ func TestErrorBodyShape(t *testing.T) {
 		if inner["message"] != msg {
 			t.Fatalf("message = %q, want %q", inner["message"], msg)
 		}
+		// Written as is, not as \u003c escapes, and on one line.
+		if b := e.Body(); !strings.Contains(string(b), `<x>`) || !strings.Contains(string(b), `&`) || strings.HasSuffix(string(b), "\n") {
+			t.Fatalf("body %s escapes HTML or ends in a newline", b)
+		}
 	})
 }
 

@@ -18,8 +18,24 @@ var (
 	DoneMarker = []byte("[DONE]")
 )
 
-// WriteEvent writes one data event.
+// WriteEvent writes one data event. A payload with newlines becomes one
+// "data:" line per line, which readers join back with "\n".
 func WriteEvent(w io.Writer, payload []byte) error {
+	if bytes.IndexByte(payload, '\n') >= 0 {
+		for _, line := range bytes.Split(payload, []byte("\n")) {
+			if _, err := w.Write(ssePrefix); err != nil {
+				return err
+			}
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
+			if _, err := w.Write(sseSuffix[:1]); err != nil {
+				return err
+			}
+		}
+		_, err := w.Write(sseSuffix[:1])
+		return err
+	}
 	if _, err := w.Write(ssePrefix); err != nil {
 		return err
 	}
@@ -70,11 +86,10 @@ func (s *SSEReader) Next() ([]byte, error) {
 		}
 		if err != nil {
 			if err == io.EOF {
+				// A stream that ends inside an event (a cut line, or lines
+				// without the closing blank line) did not end cleanly: never
+				// pass a possibly truncated payload on as complete.
 				if have || len(bytes.TrimSpace(line)) > 0 {
-					if bytes.HasPrefix(line, []byte("data:")) {
-						s.appendData(line, &have)
-						return s.buf, nil
-					}
 					return nil, io.ErrUnexpectedEOF
 				}
 				return nil, io.EOF

@@ -126,7 +126,6 @@ func TestSSEReaderPassesReadErrors(t *testing.T) {
 // truncated payload as if it were a complete event: the worker would forward
 // a broken JSON chunk to the client.
 func TestSSEReaderEOFInsideDataLine(t *testing.T) {
-	t.Skip("BUG: SSEReader.Next returns a data line cut by EOF (no newline) as a complete event instead of io.ErrUnexpectedEOF")
 	for _, in := range []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"hel",
 		"data: a\n\ndata: {\"trunc",
@@ -236,7 +235,6 @@ func TestWriteReadRoundTrip(t *testing.T) {
 // SSEReader produces from multi-line data fields) must survive a
 // WriteEvent/SSEReader round trip.
 func TestWriteEventMultiLinePayloadRoundTrip(t *testing.T) {
-	t.Skip("BUG: WriteEvent writes a payload containing \"\\n\" verbatim, so its second line lacks the \"data: \" prefix and readers drop it")
 	p := "{\n  \"a\": 1\n}"
 	var b bytes.Buffer
 	if err := WriteEvent(&b, []byte(p)); err != nil {

@@ -42,6 +42,14 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			DenyPurge:   true,
 		},
 		{
+			Name:        StreamBudget,
+			Description: "budget alerts: a soft budget crossed, once per period",
+			Subjects:    []string{BudgetAll},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		{
 			Name:        StreamDeadLetter,
 			Description: "messages a consumer gave up on after its delivery limit",
 			Subjects:    []string{DeadLetterAll},
@@ -65,6 +73,9 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketTenants, "tenants by id"),
 		mk(BucketKeys, "API keys by id: hashes only, never secrets"),
 		mk(BucketModels, "served models by name: engine bindings"),
+		mk(BucketPrices, "price history per model, never deleted"),
+		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: BucketRateLimits, Description: "requests and tokens per key and minute", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 3 * time.Minute},
 	}
 }
 

@@ -38,6 +38,11 @@ const (
 	UsageRecordedT = "aiforge.usage.recorded.v1.%s"
 	// UsageAll matches every usage event.
 	UsageAll = "aiforge.usage.>"
+	// UsageQuery is the core NATS request/reply subject of usage reports
+	// and ledger dumps, answered by the usage service.
+	UsageQuery = "aiforge.usage.query.v1"
+	// BudgetAll matches every budget alert.
+	BudgetAll = "aiforge.budget.>"
 	// DeadLetterT receives messages a consumer gave up on: stream, durable.
 	DeadLetterT = "aiforge.deadletter.%s.%s"
 	// DeadLetterAll matches every dead letter.
@@ -48,6 +53,7 @@ const (
 const (
 	StreamUsage      = "USAGE"
 	StreamDeadLetter = "DEADLETTER"
+	StreamBudget     = "BUDGET"
 )
 
 // KV buckets holding shared state. Every edge replica watches them.
@@ -55,6 +61,14 @@ const (
 	BucketTenants = "aiforge_tenants"
 	BucketKeys    = "aiforge_keys"
 	BucketModels  = "aiforge_models"
+	// BucketPrices holds each model's price history; prices outlive the
+	// model binding so an audit can always recompute past costs.
+	BucketPrices = "aiforge_prices"
+	// BucketBudgets holds spend and reservations per key or tenant and
+	// budget period (pkg/spend).
+	BucketBudgets = "aiforge_budgets"
+	// BucketRateLimits holds request and token counts per key and minute.
+	BucketRateLimits = "aiforge_ratelimits"
 )
 
 // InferQueue is the queue group shared by the workers of one model.

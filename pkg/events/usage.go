@@ -93,3 +93,120 @@ func (u UsageRecordedV1) Validate() error {
 
 // UsageSubject returns the subject of a tenant's usage events.
 func UsageSubject(tenant string) string { return fmt.Sprintf(UsageRecordedT, Token(tenant)) }
+
+// TypeUsageRecordedV2 is the type name of UsageRecordedV2.
+const TypeUsageRecordedV2 = "aiforge.usage.recorded.v2"
+
+// Reservation is budget money the edge set aside at admission, to be
+// released when the request's usage is settled. Key names the budget entry
+// (see pkg/spend); NanoUSD is the amount in 1e-9 USD.
+type Reservation struct {
+	Key     string `json:"key"`
+	NanoUSD int64  `json:"nano_usd"`
+}
+
+// UsageRecordedV2 is UsageRecordedV1 plus the budget reservations the edge
+// made for the request, so the usage service can release them exactly when
+// it settles the request's cost. Its JSON is V1's fields, flat, plus
+// "reservations".
+type UsageRecordedV2 struct {
+	UsageRecordedV1
+	Reservations []Reservation `json:"reservations,omitempty"`
+}
+
+// EventType implements Event.
+func (UsageRecordedV2) EventType() string { return TypeUsageRecordedV2 }
+
+// Validate implements Event.
+func (u UsageRecordedV2) Validate() error {
+	errs := []error{u.UsageRecordedV1.Validate()}
+	for i, r := range u.Reservations {
+		if r.Key == "" || r.NanoUSD < 0 {
+			errs = append(errs, fmt.Errorf("reservations[%d]: key is required and nano_usd must not be negative", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TypeUsageCorrectedV1 is the type name of UsageCorrectedV1.
+const TypeUsageCorrectedV1 = "aiforge.usage.corrected.v1"
+
+// UsageCorrectedV1 is a compensating event: it adds (possibly negative)
+// deltas to the ledger bucket of an earlier request, which is never edited.
+type UsageCorrectedV1 struct {
+	CorrectionID string `json:"correction_id"`
+	// RequestID is the request corrected; Tenant, KeyID, Model, Endpoint
+	// and At (the original request's time) pick its ledger bucket.
+	RequestID               string    `json:"request_id"`
+	Tenant                  string    `json:"tenant"`
+	KeyID                   string    `json:"key_id"`
+	Model                   string    `json:"model"`
+	Endpoint                string    `json:"endpoint"`
+	At                      time.Time `json:"at"`
+	DeltaRequests           int64     `json:"delta_requests"`
+	DeltaPromptTokens       int64     `json:"delta_prompt_tokens"`
+	DeltaCachedPromptTokens int64     `json:"delta_cached_prompt_tokens"`
+	DeltaCompletionTokens   int64     `json:"delta_completion_tokens"`
+	DeltaErrors             int64     `json:"delta_errors"`
+	Reason                  string    `json:"reason"`
+}
+
+// EventType implements Event.
+func (UsageCorrectedV1) EventType() string { return TypeUsageCorrectedV1 }
+
+// Validate implements Event.
+func (c UsageCorrectedV1) Validate() error {
+	var errs []error
+	if c.CorrectionID == "" || c.RequestID == "" || c.Tenant == "" || c.Model == "" {
+		errs = append(errs, errors.New("correction_id, request_id, tenant and model are required"))
+	}
+	if c.At.IsZero() {
+		errs = append(errs, errors.New("at is required"))
+	}
+	if c.Reason == "" {
+		errs = append(errs, errors.New("reason is required"))
+	}
+	switch c.Endpoint {
+	case EndpointChatCompletions, EndpointCompletions, EndpointEmbeddings:
+	default:
+		errs = append(errs, fmt.Errorf("endpoint %q is not one of chat.completions, completions, embeddings", c.Endpoint))
+	}
+	return errors.Join(errs...)
+}
+
+// UsageCorrectedT carries UsageCorrectedV1 events: Token(tenant).
+const UsageCorrectedT = "aiforge.usage.corrected.v1.%s"
+
+// TypeBudgetAlertV1 is the type name of BudgetAlertV1.
+const TypeBudgetAlertV1 = "aiforge.budget.alert.v1"
+
+// BudgetAlertV1 says a key's or tenant's spend crossed its soft budget; it is
+// published once per budget period.
+type BudgetAlertV1 struct {
+	Scope         string    `json:"scope"` // "key" or "tenant"
+	ID            string    `json:"id"`
+	Tenant        string    `json:"tenant"`
+	Period        string    `json:"period"`
+	PeriodID      string    `json:"period_id"`
+	SoftBudgetUSD float64   `json:"soft_budget_usd"`
+	SpentUSD      float64   `json:"spent_usd"`
+	At            time.Time `json:"at"`
+}
+
+// EventType implements Event.
+func (BudgetAlertV1) EventType() string { return TypeBudgetAlertV1 }
+
+// Validate implements Event.
+func (a BudgetAlertV1) Validate() error {
+	var errs []error
+	if a.Scope != "key" && a.Scope != "tenant" {
+		errs = append(errs, fmt.Errorf("scope %q is not key or tenant", a.Scope))
+	}
+	if a.ID == "" || a.Tenant == "" || a.PeriodID == "" || a.At.IsZero() {
+		errs = append(errs, errors.New("id, tenant, period_id and at are required"))
+	}
+	return errors.Join(errs...)
+}
+
+// BudgetAlertT carries BudgetAlertV1 events: Token(tenant).
+const BudgetAlertT = "aiforge.budget.alert.v1.%s"

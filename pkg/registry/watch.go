@@ -34,6 +34,7 @@ func watch[T any](ctx context.Context, kv jetstream.KeyValue, fn func(Change[T],
 		return fmt.Errorf("registry: watch %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -43,11 +44,17 @@ func watch[T any](ctx context.Context, kv jetstream.KeyValue, fn func(Change[T],
 				return nil
 			}
 			if e == nil {
+				initial = false
 				fn(Change[T]{}, true)
 				continue
 			}
 			c := Change[T]{Key: e.Key()}
 			if e.Operation() != jetstream.KeyValuePut {
+				if initial {
+					// The initial state lists what exists; deletion markers
+					// of keys removed before the watch started are history.
+					continue
+				}
 				c.Deleted = true
 			} else if err := json.Unmarshal(e.Value(), &c.Value); err != nil {
 				continue

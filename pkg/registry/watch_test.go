@@ -159,7 +159,6 @@ func TestWatchModels(t *testing.T) {
 // started must not be replayed as a deletion (the edge logs and counts a
 // revocation for each such callback on every start).
 func TestWatchInitialStateOmitsDeletedKeys(t *testing.T) {
-	t.Skip("BUG: registry.watch passes KV delete markers of keys deleted before the watch as Deleted changes in the initial state")
 	s, _ := open(t)
 	ctx := testCtx(t)
 	if _, err := s.CreateTenant(ctx, "acme"); err != nil {

@@ -110,7 +110,6 @@ type Service struct {
 	streamCtx    context.Context
 	endStreams   context.CancelCauseFunc
 	handler      http.Handler
-	revokedCount atomic.Int64
 }
 
 // New validates its arguments and builds a stopped edge.
@@ -348,7 +347,6 @@ func (s *Service) revoke(keyID string) {
 		f.cancel(errKeyRevoked)
 	}
 	n := len(fs)
-	s.revokedCount.Add(1)
 	s.log.Info("api key revoked", "key_id", keyID, "streams_ended", n)
 }
 

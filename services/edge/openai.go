@@ -98,15 +98,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // authenticate returns the key of the request or writes a 401.
 func (s *Service) authenticate(w http.ResponseWriter, r *http.Request) *registry.Key {
-	secret, ok := bearer(r)
-	if ok {
-		if id, ok := registry.KeyIDOf(secret); ok {
-			if k := s.lookupKey(id); k != nil && k.Verify(secret) {
-				return k
-			}
-		}
+	if k := s.authenticateKey(r); k != nil {
+		return k
 	}
 	contracts.Write(w, contracts.ErrInvalidAPIKey())
+	return nil
+}
+
+// authenticateKey returns the key presented by r, or nil.
+func (s *Service) authenticateKey(r *http.Request) *registry.Key {
+	secret, ok := bearer(r)
+	if !ok {
+		return nil
+	}
+	id, ok := registry.KeyIDOf(secret)
+	if !ok {
+		return nil
+	}
+	if k := s.lookupKey(id); k != nil && k.Verify(secret) {
+		return k
+	}
 	return nil
 }
 
@@ -277,48 +288,68 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (s *Service) inference(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if s.draining.Load() {
-			contracts.Write(w, contracts.ErrShuttingDown())
-			return
+		if apiErr := s.admit(w, r, endpoint, start); apiErr != nil {
+			s.metrics.requests.WithLabelValues(apiErr.model, endpoint, strconv.Itoa(apiErr.Status)).Inc()
+			s.metrics.errors.WithLabelValues(apiErr.model, apiErr.Code).Inc()
+			contracts.Write(w, apiErr.Error)
 		}
-		key := s.authenticate(w, r)
-		if key == nil {
-			s.metrics.requests.WithLabelValues("", endpoint, "401").Inc()
-			return
-		}
-		buf := bufPool.Get().(*bytes.Buffer)
-		buf.Reset()
-		defer func() {
-			if buf.Cap() <= 1<<20 {
-				bufPool.Put(buf)
-			}
-		}()
-		if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)); err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				contracts.Write(w, contracts.ErrBodyTooLarge(s.cfg.MaxBodyBytes))
-				return
-			}
-			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body."))
-			return
-		}
-		body := buf.Bytes()
-		p, perr := parseInference(endpoint, body)
-		if perr != nil {
-			s.metrics.requests.WithLabelValues("", endpoint, strconv.Itoa(perr.Status)).Inc()
-			contracts.Write(w, perr)
-			return
-		}
-		if _, ok := s.lookupModel(p.model); !ok {
-			contracts.Write(w, contracts.ErrModelNotFound(p.model))
-			return
-		}
-		if !key.Allows(p.model) {
-			contracts.Write(w, contracts.ErrModelNotAllowed(p.model))
-			return
-		}
-		s.serveInference(w, r, key, endpoint, p, body, start)
 	}
+}
+
+// refusal is an answer given before a request reaches a worker.
+type refusal struct {
+	*contracts.Error
+	model string
+}
+
+// admit authenticates, reads and checks a request and serves it; it returns
+// the refusal to write when the request never reached a worker.
+func (s *Service) admit(w http.ResponseWriter, r *http.Request, endpoint string, start time.Time) *refusal {
+	if s.draining.Load() {
+		return &refusal{Error: contracts.ErrShuttingDown()}
+	}
+	key := s.authenticateKey(r)
+	if key == nil {
+		return &refusal{Error: contracts.ErrInvalidAPIKey()}
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			bufPool.Put(buf)
+		}
+	}()
+	limit := s.maxBody()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &refusal{Error: contracts.ErrBodyTooLarge(limit)}
+		}
+		return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body.")}
+	}
+	body := buf.Bytes()
+	p, perr := parseInference(endpoint, body)
+	if perr != nil {
+		return &refusal{Error: perr}
+	}
+	if _, ok := s.lookupModel(p.model); !ok {
+		return &refusal{Error: contracts.ErrModelNotFound(p.model), model: p.model}
+	}
+	if !key.Allows(p.model) {
+		return &refusal{Error: contracts.ErrModelNotAllowed(p.model), model: p.model}
+	}
+	s.serveInference(w, r, key, endpoint, p, body, start)
+	return nil
+}
+
+// maxBody is the body limit: the configured one, but never more than the
+// bus can carry in one message (with room for headers).
+func (s *Service) maxBody() int64 {
+	limit := s.cfg.MaxBodyBytes
+	if bus := s.deps.NC.MaxPayload() - 64<<10; bus > 0 && bus < limit {
+		limit = bus
+	}
+	return limit
 }
 
 func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *registry.Key, endpoint string, p parsed, body []byte, start time.Time) {
