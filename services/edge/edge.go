@@ -107,9 +107,9 @@ type Service struct {
 	addr     atomic.Value
 
 	// streamCtx ends streams still open when the shutdown grace is over.
-	streamCtx    context.Context
-	endStreams   context.CancelCauseFunc
-	handler      http.Handler
+	streamCtx  context.Context
+	endStreams context.CancelCauseFunc
+	handler    http.Handler
 }
 
 // New validates its arguments and builds a stopped edge.
