@@ -108,7 +108,7 @@ func usageEvents(t testing.TB, nc *nats.Conn) map[string][]events.UsageRecordedV
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := events.NewRegistry(func() events.Event { return &events.UsageRecordedV1{} })
+	reg := events.NewRegistry(func() events.Event { return &events.UsageRecordedV1{} }, func() events.Event { return &events.UsageRecordedV2{} })
 	for i := uint64(0); i < info.State.Msgs; i++ {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
@@ -118,7 +118,13 @@ func usageEvents(t testing.TB, nc *nats.Conn) map[string][]events.UsageRecordedV
 		if err != nil {
 			t.Fatal(err)
 		}
-		u := *ev.(*events.UsageRecordedV1)
+		var u events.UsageRecordedV1
+		switch e := ev.(type) {
+		case *events.UsageRecordedV1:
+			u = *e
+		case *events.UsageRecordedV2:
+			u = e.UsageRecordedV1
+		}
 		out[u.RequestID] = append(out[u.RequestID], u)
 	}
 	return out

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,6 +144,8 @@ type OutRequest struct {
 	Body         []byte
 	// Header carries extra headers, such as trace context.
 	Header nats.Header
+	// Reservations travel to the worker and back in the usage event.
+	Reservations []events.Reservation
 	// Flush, when set, is called whenever the data passed to the sink so far
 	// should reach the client: before Do waits for the next frame. Frames
 	// that arrived together are written with one flush; none is held back.
@@ -229,6 +232,10 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, a
 	m.Header.Set(HdrIncludeUsage, boolHdr(req.IncludeUsage))
 	m.Header.Set(HdrWindow, strconv.Itoa(c.cfg.Window))
 	m.Header.Set(HdrAttempt, strconv.Itoa(attempt))
+	if len(req.Reservations) > 0 {
+		b, _ := json.Marshal(req.Reservations)
+		m.Header.Set(HdrReservations, string(b))
+	}
 	if err := c.nc.PublishMsg(m); err != nil {
 		release()
 		return res, &Error{Status: http.StatusServiceUnavailable, Code: "model_unavailable", Message: "bus unavailable: " + err.Error()}

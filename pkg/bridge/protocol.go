@@ -42,6 +42,10 @@ const (
 	HdrIncludeUsage = "Aiforge-Include-Usage"
 	HdrWindow       = "Aiforge-Window"
 	HdrAttempt      = "Aiforge-Attempt"
+	// HdrReservations carries the budget reservations of the request (JSON
+	// []events.Reservation) to the worker, which reports them back in the
+	// request's usage event so they are released when it is settled.
+	HdrReservations = "Aiforge-Reservations"
 	HdrStatus       = "Aiforge-Status"
 	HdrCode         = "Aiforge-Code"
 	HdrRetryable    = "Aiforge-Retryable"

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,8 @@ type Request struct {
 	Body         []byte
 	Header       nats.Header
 	ReceivedAt   time.Time
+	// Reservations are the budget reservations the edge made for it.
+	Reservations []events.Reservation
 	// Attempt counts from 1; a failure on the last attempt (MaxAttempts) is
 	// final, so a worker records its usage even when nothing was spent.
 	Attempt int
@@ -258,6 +261,9 @@ func (s *Server) onRequest(m *nats.Msg) {
 	}
 	if a, err := strconv.Atoi(h.Get(HdrAttempt)); err == nil && a > 0 {
 		req.Attempt = a
+	}
+	if v := h.Get(HdrReservations); v != "" {
+		_ = json.Unmarshal([]byte(v), &req.Reservations)
 	}
 	window := DefaultWindow
 	if v, err := strconv.Atoi(h.Get(HdrWindow)); err == nil && v > 0 {

@@ -32,6 +32,7 @@ const (
 	CodeInvalidType      = "invalid_type"
 	CodeBodyTooLarge     = "request_too_large"
 	CodeRateLimited      = "rate_limit_exceeded"
+	CodeBudgetExceeded   = "budget_exceeded"
 	CodeNoWorker         = "model_unavailable"
 	CodeEngineError      = "engine_error"
 	CodeEngineTimeout    = "engine_timeout"

@@ -36,6 +36,42 @@ var (
 type Tenant struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
+	Limits
+}
+
+// Limits are the spend controls of a key or a tenant. Zero values mean
+// unlimited; RPM and TPM apply to keys only.
+type Limits struct {
+	RPM           int64   `json:"rpm,omitempty"`
+	TPM           int64   `json:"tpm,omitempty"`
+	MaxBudgetUSD  float64 `json:"max_budget_usd,omitempty"`
+	BudgetPeriod  string  `json:"budget_period,omitempty"`
+	SoftBudgetUSD float64 `json:"soft_budget_usd,omitempty"`
+}
+
+// Validate checks limits.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.RPM < 0 || l.TPM < 0 || l.MaxBudgetUSD < 0 || l.SoftBudgetUSD < 0 {
+		errs = append(errs, errors.New("rpm, tpm, max_budget_usd and soft_budget_usd must not be negative"))
+	}
+	switch l.BudgetPeriod {
+	case "", "daily", "weekly", "monthly", "total":
+	default:
+		errs = append(errs, fmt.Errorf("budget_period %q is not one of daily, weekly, monthly, total", l.BudgetPeriod))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Period is the budget period, "total" when unset.
+func (l Limits) Period() string {
+	if l.BudgetPeriod == "" {
+		return "total"
+	}
+	return l.BudgetPeriod
 }
 
 // Key is an API key record. The secret itself is never stored: only its
@@ -48,6 +84,7 @@ type Key struct {
 	Hash      string    `json:"hash"`
 	Models    []string  `json:"models"`
 	CreatedAt time.Time `json:"created_at"`
+	Limits
 }
 
 // Allows reports whether the key may use model ("*" allows all).
@@ -121,6 +158,7 @@ type Store struct {
 	tenants jetstream.KeyValue
 	keys    jetstream.KeyValue
 	models  jetstream.KeyValue
+	prices  jetstream.KeyValue
 }
 
 // Open binds the buckets; events.Ensure must have created them.
@@ -135,6 +173,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	}
 	if s.models, err = js.KeyValue(ctx, events.BucketModels); err != nil {
 		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketModels, err)
+	}
+	if s.prices, err = js.KeyValue(ctx, events.BucketPrices); err != nil {
+		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketPrices, err)
 	}
 	return &s, nil
 }
@@ -240,7 +281,10 @@ const KeyPrefix = "sk-af-"
 
 // CreateKey makes a key for tenant and returns the record and the secret,
 // which exists only in this return value.
-func (s *Store) CreateKey(ctx context.Context, tenant, name string, models []string) (Key, string, error) {
+func (s *Store) CreateKey(ctx context.Context, tenant, name string, models []string, limits Limits) (Key, string, error) {
+	if err := limits.Validate(); err != nil {
+		return Key{}, "", err
+	}
 	if _, err := s.GetTenant(ctx, tenant); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return Key{}, "", fmt.Errorf("%w: tenant %q does not exist", ErrInvalid, tenant)
@@ -256,7 +300,7 @@ func (s *Store) CreateKey(ctx context.Context, tenant, name string, models []str
 	_, _ = rand.Read(sec[:])
 	id := "key_" + hex.EncodeToString(idb[:])
 	secret := KeyPrefix + hex.EncodeToString(idb[:]) + "-" + base64.RawURLEncoding.EncodeToString(sec[:])
-	k := Key{ID: id, Tenant: tenant, Name: name, Hash: HashSecret(secret), Models: models, CreatedAt: time.Now().UTC()}
+	k := Key{ID: id, Tenant: tenant, Name: name, Hash: HashSecret(secret), Models: models, CreatedAt: time.Now().UTC(), Limits: limits}
 	if err := put(ctx, s.keys, id, k, true); err != nil {
 		return Key{}, "", err
 	}
@@ -355,3 +399,57 @@ func (s *Store) DeleteModel(ctx context.Context, name string) error {
 var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
 func validKVKey(k string) bool { return len(k) <= 256 && kvKeyRE.MatchString(k) }
+
+// modify applies fn to the record under key with compare-and-set.
+func modify[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(*T) error) (T, error) {
+	for {
+		var v T
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return v, ErrNotFound
+			}
+			return v, fmt.Errorf("registry: get %s: %w", key, err)
+		}
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			return v, fmt.Errorf("registry: decode %s: %w", key, err)
+		}
+		if err := fn(&v); err != nil {
+			return v, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return v, err
+		}
+		if _, err := kv.Update(ctx, key, b, e.Revision()); err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+				continue
+			}
+			return v, fmt.Errorf("registry: update %s: %w", key, err)
+		}
+		return v, nil
+	}
+}
+
+// UpdateKeyLimits changes a key's limits.
+func (s *Store) UpdateKeyLimits(ctx context.Context, id string, fn func(*Limits)) (Key, error) {
+	if !validKVKey(id) {
+		return Key{}, ErrNotFound
+	}
+	return modify(ctx, s.keys, id, func(k *Key) error {
+		fn(&k.Limits)
+		return k.Limits.Validate()
+	})
+}
+
+// UpdateTenantLimits changes a tenant's budget.
+func (s *Store) UpdateTenantLimits(ctx context.Context, id string, fn func(*Limits)) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, ErrNotFound
+	}
+	return modify(ctx, s.tenants, "t."+id, func(t *Tenant) error {
+		fn(&t.Limits)
+		return t.Limits.Validate()
+	})
+}

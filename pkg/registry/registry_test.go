@@ -125,10 +125,10 @@ func TestKeys(t *testing.T) {
 	s, js := open(t)
 	ctx := testCtx(t)
 
-	if _, _, err := s.CreateKey(ctx, "ghost", "k", nil); !errors.Is(err, registry.ErrInvalid) {
+	if _, _, err := s.CreateKey(ctx, "ghost", "k", nil, registry.Limits{}); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("key for a missing tenant: err = %v, want ErrInvalid", err)
 	}
-	if _, _, err := s.CreateKey(ctx, "Not Valid", "k", nil); !errors.Is(err, registry.ErrInvalid) {
+	if _, _, err := s.CreateKey(ctx, "Not Valid", "k", nil, registry.Limits{}); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("key for an invalid tenant id: err = %v, want ErrInvalid", err)
 	}
 	if _, err := s.CreateTenant(ctx, "acme"); err != nil {
@@ -138,7 +138,7 @@ func TestKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	k, secret, err := s.CreateKey(ctx, "acme", "ci", []string{"llama-*"})
+	k, secret, err := s.CreateKey(ctx, "acme", "ci", []string{"llama-*"}, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestKeys(t *testing.T) {
 	}
 
 	// Default models: everything.
-	k2, secret2, err := s.CreateKey(ctx, "acme", "", nil)
+	k2, secret2, err := s.CreateKey(ctx, "acme", "", nil, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestKeys(t *testing.T) {
 	if secret2 == secret || k2.ID == k.ID {
 		t.Fatal("two keys share a secret or an id")
 	}
-	k3, _, err := s.CreateKey(ctx, "other", "o", []string{"m"})
+	k3, _, err := s.CreateKey(ctx, "other", "o", []string{"m"}, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,11 +55,11 @@ func TestWatchKeys(t *testing.T) {
 	if _, err := s.CreateTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	k1, _, err := s.CreateKey(ctx, "acme", "one", nil)
+	k1, _, err := s.CreateKey(ctx, "acme", "one", nil, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	k2, _, err := s.CreateKey(ctx, "acme", "two", []string{"m"})
+	k2, _, err := s.CreateKey(ctx, "acme", "two", []string{"m"}, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestWatchKeys(t *testing.T) {
 		t.Fatal("watched key lacks its hash")
 	}
 
-	k3, _, err := s.CreateKey(ctx, "acme", "three", nil)
+	k3, _, err := s.CreateKey(ctx, "acme", "three", nil, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +164,14 @@ func TestWatchInitialStateOmitsDeletedKeys(t *testing.T) {
 	if _, err := s.CreateTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	k0, _, err := s.CreateKey(ctx, "acme", "gone", nil)
+	k0, _, err := s.CreateKey(ctx, "acme", "gone", nil, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RevokeKey(ctx, k0.ID); err != nil {
 		t.Fatal(err)
 	}
-	k1, _, err := s.CreateKey(ctx, "acme", "live", nil)
+	k1, _, err := s.CreateKey(ctx, "acme", "live", nil, registry.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

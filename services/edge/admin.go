@@ -18,6 +18,10 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/tenants", s.admin(s.createTenant))
 	mux.HandleFunc("GET /admin/v1/tenants", s.admin(s.listTenants))
 	mux.HandleFunc("GET /admin/v1/tenants/{id}", s.admin(s.getTenant))
+	mux.HandleFunc("PATCH /admin/v1/tenants/{id}", s.admin(s.patchTenant))
+	mux.HandleFunc("PATCH /admin/v1/keys/{id}", s.admin(s.patchKey))
+	mux.HandleFunc("POST /admin/v1/prices", s.admin(s.setPrice))
+	mux.HandleFunc("GET /admin/v1/prices", s.admin(s.listPrices))
 	mux.HandleFunc("POST /admin/v1/keys", s.admin(s.createKey))
 	mux.HandleFunc("GET /admin/v1/keys", s.admin(s.listKeys))
 	mux.HandleFunc("GET /admin/v1/keys/{id}", s.admin(s.getKey))
@@ -128,10 +132,133 @@ type keyView struct {
 	Name      string    `json:"name,omitempty"`
 	Models    []string  `json:"models"`
 	CreatedAt time.Time `json:"created_at"`
+	registry.Limits
 }
 
 func viewKey(k registry.Key, secret string) keyView {
-	return keyView{ID: k.ID, Object: "api_key", Key: secret, Tenant: k.Tenant, Name: k.Name, Models: k.Models, CreatedAt: k.CreatedAt}
+	return keyView{ID: k.ID, Object: "api_key", Key: secret, Tenant: k.Tenant, Name: k.Name, Models: k.Models, CreatedAt: k.CreatedAt, Limits: k.Limits}
+}
+
+// limitsPatch is a partial update of limits: absent fields stay.
+type limitsPatch struct {
+	RPM           *int64   `json:"rpm"`
+	TPM           *int64   `json:"tpm"`
+	MaxBudgetUSD  *float64 `json:"max_budget_usd"`
+	BudgetPeriod  *string  `json:"budget_period"`
+	SoftBudgetUSD *float64 `json:"soft_budget_usd"`
+}
+
+func (p limitsPatch) apply(l *registry.Limits) {
+	if p.RPM != nil {
+		l.RPM = *p.RPM
+	}
+	if p.TPM != nil {
+		l.TPM = *p.TPM
+	}
+	if p.MaxBudgetUSD != nil {
+		l.MaxBudgetUSD = *p.MaxBudgetUSD
+	}
+	if p.BudgetPeriod != nil {
+		l.BudgetPeriod = *p.BudgetPeriod
+	}
+	if p.SoftBudgetUSD != nil {
+		l.SoftBudgetUSD = *p.SoftBudgetUSD
+	}
+}
+
+func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
+	var p limitsPatch
+	if !decodeAdmin(w, r, &p) {
+		return
+	}
+	k, err := s.store.UpdateKeyLimits(r.Context(), r.PathValue("id"), p.apply)
+	if err != nil {
+		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
+		return
+	}
+	s.keysMu.Lock()
+	s.keys[k.ID] = &k
+	s.keysMu.Unlock()
+	writeJSON(w, http.StatusOK, viewKey(k, ""))
+}
+
+func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
+	var p limitsPatch
+	if !decodeAdmin(w, r, &p) {
+		return
+	}
+	if p.RPM != nil || p.TPM != nil {
+		contracts.Write(w, contracts.ErrBadRequest("rpm", contracts.CodeInvalidRequest, "Rate limits are set per key, not per tenant."))
+		return
+	}
+	t, err := s.store.UpdateTenantLimits(r.Context(), r.PathValue("id"), p.apply)
+	if err != nil {
+		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
+		return
+	}
+	s.tenantsMu.Lock()
+	s.tenants[t.ID] = t
+	s.tenantsMu.Unlock()
+	writeJSON(w, http.StatusOK, t)
+}
+
+// priceIn is a price as the admin API takes it.
+type priceIn struct {
+	Model                 string     `json:"model"`
+	InputPerMTokUSD       float64    `json:"input_per_mtok_usd"`
+	CachedInputPerMTokUSD *float64   `json:"cached_input_per_mtok_usd"`
+	OutputPerMTokUSD      float64    `json:"output_per_mtok_usd"`
+	EffectiveFrom         *time.Time `json:"effective_from"`
+}
+
+func (p priceIn) price() registry.Price {
+	out := registry.Price{InputPerMTokUSD: p.InputPerMTokUSD, OutputPerMTokUSD: p.OutputPerMTokUSD, CachedInputPerMTokUSD: p.InputPerMTokUSD}
+	if p.CachedInputPerMTokUSD != nil {
+		out.CachedInputPerMTokUSD = *p.CachedInputPerMTokUSD
+	}
+	if p.EffectiveFrom != nil {
+		out.EffectiveFrom = p.EffectiveFrom.UTC()
+	}
+	return out
+}
+
+func (s *Service) storePrice(r *http.Request, model string, p priceIn) (registry.PriceHistory, error) {
+	h, err := s.store.SetPrice(r.Context(), model, p.price())
+	if err == nil {
+		s.pricesMu.Lock()
+		s.prices[model] = h
+		s.pricesMu.Unlock()
+	}
+	return h, err
+}
+
+func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
+	var p priceIn
+	if !decodeAdmin(w, r, &p) {
+		return
+	}
+	if p.Model == "" {
+		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeMissingParam, "Missing required parameter: 'model'."))
+		return
+	}
+	h, err := s.storePrice(r, p.Model, p)
+	if err != nil {
+		s.storeError(w, err, "Price of '"+p.Model+"'")
+		return
+	}
+	writeJSON(w, http.StatusCreated, h)
+}
+
+func (s *Service) listPrices(w http.ResponseWriter, r *http.Request) {
+	hs, err := s.store.ListPrices(r.Context())
+	if err != nil {
+		s.storeError(w, err, "Prices")
+		return
+	}
+	if hs == nil {
+		hs = []registry.PriceHistory{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": hs})
 }
 
 func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
@@ -139,6 +266,7 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 		Tenant string   `json:"tenant"`
 		Name   string   `json:"name"`
 		Models []string `json:"models"`
+		registry.Limits
 	}
 	if !decodeAdmin(w, r, &req) {
 		return
@@ -153,7 +281,7 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	k, secret, err := s.store.CreateKey(r.Context(), req.Tenant, req.Name, req.Models)
+	k, secret, err := s.store.CreateKey(r.Context(), req.Tenant, req.Name, req.Models, req.Limits)
 	if err != nil {
 		s.storeError(w, err, "Key")
 		return
@@ -222,6 +350,7 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 		Name    string          `json:"name"`
 		Engine  registry.Engine `json:"engine"`
 		OwnedBy string          `json:"owned_by"`
+		Price   *priceIn        `json:"price"`
 	}
 	if !decodeAdmin(w, r, &req) {
 		return
@@ -236,9 +365,21 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 		m.CreatedAt = old.CreatedAt
 		status = http.StatusOK
 	}
+	if req.Price != nil {
+		if err := req.Price.price().Validate(); err != nil {
+			contracts.Write(w, contracts.ErrBadRequest("price", contracts.CodeInvalidRequest, err.Error()))
+			return
+		}
+	}
 	if err := s.store.PutModel(r.Context(), m); err != nil {
 		s.storeError(w, err, "Model '"+m.Name+"'")
 		return
+	}
+	if req.Price != nil {
+		if _, err := s.storePrice(r, m.Name, *req.Price); err != nil {
+			s.storeError(w, err, "Price of '"+m.Name+"'")
+			return
+		}
 	}
 	stored, err := s.store.GetModel(r.Context(), m.Name)
 	if err != nil {

@@ -98,6 +98,15 @@ type Service struct {
 	modelsMu sync.RWMutex
 	models   map[string]registry.Model
 
+	tenantsMu sync.RWMutex
+	tenants   map[string]registry.Tenant
+
+	pricesMu sync.RWMutex
+	prices   map[string]registry.PriceHistory
+
+	budgetKV jetstream.KeyValue
+	rateKV   jetstream.KeyValue
+
 	flightsMu sync.Mutex
 	flights   map[string]map[*flight]struct{}
 
@@ -156,6 +165,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		metrics: m,
 		keys:    make(map[string]*registry.Key),
 		models:  make(map[string]registry.Model),
+		tenants: make(map[string]registry.Tenant),
+		prices:  make(map[string]registry.PriceHistory),
 		flights: make(map[string]map[*flight]struct{}),
 	}
 	s.streamCtx, s.endStreams = context.WithCancelCause(context.Background())
@@ -191,6 +202,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("edge: %w", err)
 	}
 	s.store = store
+	if s.budgetKV, err = s.deps.JS.KeyValue(ctx, events.BucketBudgets); err != nil {
+		return fmt.Errorf("edge: bucket %s: %w", events.BucketBudgets, err)
+	}
+	if s.rateKV, err = s.deps.JS.KeyValue(ctx, events.BucketRateLimits); err != nil {
+		return fmt.Errorf("edge: bucket %s: %w", events.BucketRateLimits, err)
+	}
 	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{
 		NoWorkerWait: s.cfg.NoWorkerWait, HeartbeatTimeout: s.cfg.HeartbeatTimeout,
 		FailoverWait: s.cfg.FailoverWait, Logger: s.log,
@@ -203,9 +220,11 @@ func (s *Service) Run(ctx context.Context) error {
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.watchKeys(watchCtx) }()
 	go func() { defer wg.Done(); s.watchModels(watchCtx) }()
+	go func() { defer wg.Done(); s.watchTenants(watchCtx) }()
+	go func() { defer wg.Done(); s.watchPrices(watchCtx) }()
 	defer func() { stopWatch(); wg.Wait() }()
 
 	ln := s.deps.Listener
@@ -224,8 +243,8 @@ func (s *Service) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	// Ready once both watchers delivered their initial state.
-	for s.synced.Load() < 2 {
+	// Ready once every watcher delivered its initial state.
+	for s.synced.Load() < 4 {
 		select {
 		case <-ctx.Done():
 		case err := <-serveErr:

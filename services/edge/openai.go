@@ -197,12 +197,19 @@ type inferFields struct {
 	Messages      json.RawMessage `json:"messages"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Input         json.RawMessage `json:"input"`
+	MaxTokens     json.RawMessage `json:"max_tokens"`
+	MaxCompletion json.RawMessage `json:"max_completion_tokens"`
 }
 
 type parsed struct {
 	model        string
 	stream       bool
 	includeUsage bool
+	// maxTokens is the requested output bound (0 when unset).
+	maxTokens int64
+	// inputBytes is the size of the prompt field: an upper bound of its
+	// tokens, used to reserve budget and count tokens per minute.
+	inputBytes int64
 }
 
 func isNull(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
@@ -243,6 +250,20 @@ func parseInference(endpoint string, body []byte) (parsed, *contracts.Error) {
 		}
 		p.includeUsage = so.IncludeUsage != nil && *so.IncludeUsage
 	}
+	for _, mt := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"max_tokens", f.MaxTokens}, {"max_completion_tokens", f.MaxCompletion}} {
+		if isNull(mt.raw) {
+			continue
+		}
+		var n int64
+		if err := json.Unmarshal(mt.raw, &n); err != nil || n < 0 {
+			return p, contracts.ErrBadRequest(mt.name, contracts.CodeInvalidType, fmt.Sprintf("Invalid '%s': expected a non-negative integer.", mt.name))
+		}
+		p.maxTokens = max(p.maxTokens, n)
+	}
+	p.inputBytes = int64(len(f.Messages) + len(f.Prompt) + len(f.Input))
 	switch endpoint {
 	case events.EndpointChatCompletions:
 		if isNull(f.Messages) {
@@ -338,7 +359,11 @@ func (s *Service) admit(w http.ResponseWriter, r *http.Request, endpoint string,
 	if !key.Allows(p.model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(p.model), model: p.model}
 	}
-	s.serveInference(w, r, key, endpoint, p, body, start)
+	adm, ref := s.admitSpend(r.Context(), w, key, endpoint, p)
+	if ref != nil {
+		return ref
+	}
+	s.serveInference(w, r, key, endpoint, p, body, start, adm)
 	return nil
 }
 
@@ -352,7 +377,7 @@ func (s *Service) maxBody() int64 {
 	return limit
 }
 
-func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *registry.Key, endpoint string, p parsed, body []byte, start time.Time) {
+func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *registry.Key, endpoint string, p parsed, body []byte, start time.Time, adm admitted) {
 	reqID := newRequestID()
 	w.Header().Set("X-Request-Id", reqID)
 
@@ -378,6 +403,7 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 	req := &bridge.OutRequest{
 		Model: p.model, ID: reqID, Tenant: key.Tenant, KeyID: key.ID, Endpoint: endpoint,
 		Stream: p.stream, IncludeUsage: p.includeUsage, Body: body, Header: hdr,
+		Reservations: adm.reservations,
 	}
 
 	inFlight := s.metrics.inFlight.WithLabelValues(p.model)
@@ -459,8 +485,11 @@ func (s *Service) serveInference(w http.ResponseWriter, r *http.Request, key *re
 			writeAPIError(w, apiErr, err)
 		}
 		var be *bridge.Error
-		if errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0 {
-			s.recordLostUsage(key, endpoint, p, reqID, res, start, span)
+		switch {
+		case errors.Is(err, bridge.ErrNoWorker) && len(adm.reservations) > 0:
+			go s.release(adm.reservations)
+		case errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0:
+			s.recordLostUsage(key, endpoint, p, reqID, res, start, span, adm.reservations)
 		}
 	}
 	s.metrics.requests.WithLabelValues(p.model, endpoint, strconv.Itoa(status)).Inc()
@@ -531,13 +560,14 @@ func orDefault(s, d string) string {
 // recordLostUsage publishes the usage of what was streamed when the worker
 // vanished and could not report it. The event id is the request id, so if
 // the worker did report after all, JetStream keeps one of the two.
-func (s *Service) recordLostUsage(key *registry.Key, endpoint string, p parsed, reqID string, res bridge.Result, start time.Time, span trace.Span) {
-	ev := events.UsageRecordedV1{
+func (s *Service) recordLostUsage(key *registry.Key, endpoint string, p parsed, reqID string, res bridge.Result, start time.Time, span trace.Span, rs []events.Reservation) {
+	v1 := events.UsageRecordedV1{
 		RequestID: reqID, Tenant: key.Tenant, KeyID: key.ID, Model: p.model, Endpoint: endpoint, Stream: p.stream,
 		CompletionTokens: int64(res.DataFrames), Estimated: true, Status: events.UsageStatusError,
 		ErrorCode: contracts.CodeWorkerLost, LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
 		WorkerID: res.WorkerID, Reporter: s.cfg.InstanceID, StartedAt: start.UTC(), FinishedAt: time.Now().UTC(),
 	}
+	ev := events.UsageRecordedV2{UsageRecordedV1: v1, Reservations: rs}
 	env := events.Envelope{ID: reqID, Source: s.cfg.InstanceID, Tenant: key.Tenant}
 	env.TraceParent = telemetry.TraceParent(trace.ContextWithSpanContext(context.Background(), span.SpanContext()))
 	go func() {

@@ -720,12 +720,12 @@ func (s *Service) finish(ctx context.Context, c *call, w *bridge.ResponseWriter,
 		s.log.Debug("no usage event for a retryable failure", "request_id", c.req.ID, "code", c.code)
 		return
 	}
-	s.publishUsage(ev, env)
+	s.publishUsage(events.UsageRecordedV2{UsageRecordedV1: ev, Reservations: c.req.Reservations}, env)
 }
 
 // publishUsage publishes a usage event, retrying JetStream errors with
 // backoff. It uses its own context so canceled requests are recorded too.
-func (s *Service) publishUsage(ev events.UsageRecordedV1, env events.Envelope) {
+func (s *Service) publishUsage(ev events.UsageRecordedV2, env events.Envelope) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	subject := events.UsageSubject(ev.Tenant)

@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Price is what a model costs, in USD per million tokens, from EffectiveFrom
+// on. A price is never edited: a change is a new Price with a later
+// EffectiveFrom, so past requests keep the price that was in force.
+type Price struct {
+	EffectiveFrom         time.Time `json:"effective_from"`
+	InputPerMTokUSD       float64   `json:"input_per_mtok_usd"`
+	CachedInputPerMTokUSD float64   `json:"cached_input_per_mtok_usd"`
+	OutputPerMTokUSD      float64   `json:"output_per_mtok_usd"`
+}
+
+// Validate checks a price.
+func (p Price) Validate() error {
+	if p.InputPerMTokUSD < 0 || p.CachedInputPerMTokUSD < 0 || p.OutputPerMTokUSD < 0 {
+		return fmt.Errorf("%w: prices must not be negative", ErrInvalid)
+	}
+	return nil
+}
+
+// PriceHistory is every price a model has had, oldest first. It is kept when
+// the model binding is deleted, so costs can always be recomputed.
+type PriceHistory struct {
+	Model  string  `json:"model"`
+	Prices []Price `json:"prices"`
+}
+
+// At returns the price in force at t, if any.
+func (h PriceHistory) At(t time.Time) (Price, bool) {
+	for i := len(h.Prices) - 1; i >= 0; i-- {
+		if !h.Prices[i].EffectiveFrom.After(t) {
+			return h.Prices[i], true
+		}
+	}
+	return Price{}, false
+}
+
+// SetPrice appends a price to a model's history. EffectiveFrom defaults to
+// now and may not be before the latest price's.
+func (s *Store) SetPrice(ctx context.Context, model string, p Price) (PriceHistory, error) {
+	if err := p.Validate(); err != nil {
+		return PriceHistory{}, err
+	}
+	if p.EffectiveFrom.IsZero() {
+		p.EffectiveFrom = time.Now().UTC()
+	}
+	key := ModelKey(model)
+	for {
+		h, err := get[PriceHistory](ctx, s.prices, key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			h = PriceHistory{Model: model, Prices: []Price{p}}
+			if err := put(ctx, s.prices, key, h, true); err != nil {
+				if errors.Is(err, ErrExists) {
+					continue
+				}
+				return h, err
+			}
+			return h, nil
+		case err != nil:
+			return h, err
+		}
+		return modify(ctx, s.prices, key, func(h *PriceHistory) error {
+			if n := len(h.Prices); n > 0 && p.EffectiveFrom.Before(h.Prices[n-1].EffectiveFrom) {
+				return fmt.Errorf("%w: effective_from is before the current price's (%s)", ErrInvalid, h.Prices[n-1].EffectiveFrom.Format(time.RFC3339))
+			}
+			h.Prices = append(h.Prices, p)
+			return nil
+		})
+	}
+}
+
+// Prices returns a model's price history.
+func (s *Store) Prices(ctx context.Context, model string) (PriceHistory, error) {
+	return get[PriceHistory](ctx, s.prices, ModelKey(model))
+}
+
+// ListPrices returns every model's price history.
+func (s *Store) ListPrices(ctx context.Context) ([]PriceHistory, error) {
+	return list[PriceHistory](ctx, s.prices)
+}
+
+// WatchPrices delivers every price history, then each change.
+func (s *Store) WatchPrices(ctx context.Context, fn func(c Change[PriceHistory], initialDone bool)) error {
+	return watch(ctx, s.prices, fn)
+}
+
+// WatchTenants delivers every tenant, then each change.
+func (s *Store) WatchTenants(ctx context.Context, fn func(c Change[Tenant], initialDone bool)) error {
+	return watch(ctx, s.tenants, fn)
+}

@@ -1,0 +1,96 @@
+package spend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Window is the request and token count of one key in one minute.
+type Window struct {
+	Requests int64 `json:"requests"`
+	Tokens   int64 `json:"tokens"`
+}
+
+// RateLimit is a key's limits per minute; zero means unlimited.
+type RateLimit struct {
+	RPM int64
+	TPM int64
+}
+
+// RateDecision is the outcome of an admission against a rate limit, with
+// what the x-ratelimit-* headers report.
+type RateDecision struct {
+	Allowed           bool
+	LimitRequests     int64
+	RemainingRequests int64
+	LimitTokens       int64
+	RemainingTokens   int64
+	// Reset is how long until the window ends and counts start over.
+	Reset time.Duration
+	// Exceeded names what ran out: "requests" or "tokens".
+	Exceeded string
+}
+
+// WindowKey names a key's counter for the minute containing t.
+func WindowKey(keyID string, t time.Time) string {
+	return "r." + keyID + "." + strconv.FormatInt(t.Unix()/60, 10)
+}
+
+// Admit counts one request of tokens tokens against the key's window of the
+// current minute if both stay within the limits. It is exact across edge
+// replicas: the window changes only by compare-and-set, so the requests
+// admitted in a minute never exceed RPM.
+func Admit(ctx context.Context, kv jetstream.KeyValue, keyID string, lim RateLimit, tokens int64, now time.Time) (RateDecision, error) {
+	key := WindowKey(keyID, now)
+	windowEnd := time.Unix((now.Unix()/60+1)*60, 0)
+	d := RateDecision{LimitRequests: lim.RPM, LimitTokens: lim.TPM, Reset: windowEnd.Sub(now)}
+	for i := 0; i < maxCAS; i++ {
+		var w Window
+		var rev uint64
+		cur, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return d, fmt.Errorf("spend: get %s: %w", key, err)
+		default:
+			rev = cur.Revision()
+			if err := json.Unmarshal(cur.Value(), &w); err != nil {
+				return d, fmt.Errorf("spend: decode %s: %w", key, err)
+			}
+		}
+		if lim.RPM > 0 && w.Requests+1 > lim.RPM {
+			d.Exceeded = "requests"
+		} else if lim.TPM > 0 && w.Tokens+tokens > lim.TPM {
+			d.Exceeded = "tokens"
+		}
+		if d.Exceeded != "" {
+			d.RemainingRequests = max(lim.RPM-w.Requests, 0)
+			d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
+			return d, nil
+		}
+		w.Requests++
+		w.Tokens += tokens
+		b, _ := json.Marshal(w)
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, b)
+		} else {
+			_, err = kv.Update(ctx, key, b, rev)
+		}
+		if err == nil {
+			d.Allowed = true
+			d.RemainingRequests = max(lim.RPM-w.Requests, 0)
+			d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
+			return d, nil
+		}
+		if !isConflict(err) {
+			return d, fmt.Errorf("spend: write %s: %w", key, err)
+		}
+	}
+	return d, ErrConflict
+}
