@@ -69,8 +69,61 @@ func tenantsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(create, list)
+	var tf limitFlags
+	update := &cobra.Command{
+		Use: "update ID", Short: "Change a tenant's budget", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/tenants/"+args[0], tf.changed(cmd), nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "updated tenant %s\n", args[0])
+			return nil
+		},
+	}
+	tf.add(update, false)
+	c.AddCommand(create, list, update)
 	return c
+}
+
+// limitFlags are the spend controls settable on keys and tenants.
+type limitFlags struct {
+	rpm, tpm        int64
+	maxBudget, soft float64
+	period          string
+	withRates       bool
+}
+
+func (l *limitFlags) add(c *cobra.Command, withRates bool) {
+	l.withRates = withRates
+	if withRates {
+		c.Flags().Int64Var(&l.rpm, "rpm", 0, "requests per minute, across every edge replica (0 = unlimited)")
+		c.Flags().Int64Var(&l.tpm, "tpm", 0, "tokens per minute (0 = unlimited)")
+	}
+	c.Flags().Float64Var(&l.maxBudget, "max-budget-usd", 0, "hard budget in USD per period (0 = none)")
+	c.Flags().Float64Var(&l.soft, "soft-budget-usd", 0, "soft budget in USD: an alert event once per period")
+	c.Flags().StringVar(&l.period, "budget-period", "", "daily, weekly, monthly or total (default total)")
+}
+
+// changed returns the flags the user set, as API fields.
+func (l *limitFlags) changed(c *cobra.Command) map[string]any {
+	out := map[string]any{}
+	set := func(flag, field string, v any) {
+		if c.Flags().Changed(flag) {
+			out[field] = v
+		}
+	}
+	if l.withRates {
+		set("rpm", "rpm", l.rpm)
+		set("tpm", "tpm", l.tpm)
+	}
+	set("max-budget-usd", "max_budget_usd", l.maxBudget)
+	set("soft-budget-usd", "soft_budget_usd", l.soft)
+	set("budget-period", "budget_period", l.period)
+	return out
 }
 
 type keyOut struct {
@@ -86,6 +139,7 @@ func keysCmd() *cobra.Command {
 	c := &cobra.Command{Use: "keys", Short: "Manage API keys (admin)"}
 	var tenant, name string
 	var models []string
+	var lf limitFlags
 	create := &cobra.Command{
 		Use: "create", Short: "Create an API key for a tenant; the secret is shown once", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -94,7 +148,8 @@ func keysCmd() *cobra.Command {
 				return err
 			}
 			var k keyOut
-			in := map[string]any{"tenant": tenant, "models": models}
+			in := lf.changed(cmd)
+			in["tenant"], in["models"] = tenant, models
 			if name != "" {
 				in["name"] = name
 			}
@@ -110,6 +165,25 @@ func keysCmd() *cobra.Command {
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().StringSliceVar(&models, "models", []string{"*"}, "models the key may use (comma-separated; * for all)")
 	_ = create.MarkFlagRequired("tenant")
+	lf.add(create, true)
+
+	var uf limitFlags
+	update := &cobra.Command{
+		Use: "update ID", Short: "Change a key's rate limits and budget", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			var k keyOut
+			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/keys/"+args[0], uf.changed(cmd), &k); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "updated key %s\n", k.ID)
+			return nil
+		},
+	}
+	uf.add(update, true)
 
 	var listTenant string
 	list := &cobra.Command{
@@ -151,7 +225,7 @@ func keysCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(create, list, revoke)
+	c.AddCommand(create, list, update, revoke)
 	return c
 }
 
@@ -170,6 +244,7 @@ func modelsCmd() *cobra.Command {
 	c := &cobra.Command{Use: "models", Short: "Manage served models (admin)"}
 	var baseURL, upstream, keyEnv string
 	var maxConc int
+	var pf priceFlags
 	register := &cobra.Command{
 		Use:   "register NAME",
 		Short: "Bind a model name to an OpenAI-compatible engine",
@@ -193,8 +268,12 @@ func modelsCmd() *cobra.Command {
 			if maxConc > 0 {
 				engine["max_concurrency"] = maxConc
 			}
+			in := map[string]any{"name": args[0], "engine": engine}
+			if p := pf.changed(cmd); len(p) > 0 {
+				in["price"] = p
+			}
 			var m modelOut
-			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/models", map[string]any{"name": args[0], "engine": engine}, &m); err != nil {
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/models", in, &m); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "registered model %s -> %s (%s)\n", m.Name, m.Engine.BaseURL, m.Engine.Model)
@@ -205,6 +284,7 @@ func modelsCmd() *cobra.Command {
 	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
 	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default 64)")
+	pf.add(register, "price-")
 	_ = register.MarkFlagRequired("base-url")
 	_ = register.MarkFlagRequired("upstream")
 
@@ -241,6 +321,52 @@ func modelsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(register, list, del)
+	var pp priceFlags
+	price := &cobra.Command{
+		Use: "price NAME", Short: "Set a model's price from now on (earlier requests keep theirs)", Args: cobra.ExactArgs(1),
+		Example: "  aiforge models price chat-small --input 0.15 --cached-input 0.075 --output 0.60",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			in := pp.changed(cmd)
+			in["model"] = args[0]
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/prices", in, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "priced model %s\n", args[0])
+			return nil
+		},
+	}
+	pp.add(price, "")
+	c.AddCommand(register, list, price, del)
 	return c
+}
+
+// priceFlags are a model's price in USD per million tokens.
+type priceFlags struct {
+	prefix                string
+	input, cached, output float64
+}
+
+func (p *priceFlags) add(c *cobra.Command, prefix string) {
+	p.prefix = prefix
+	c.Flags().Float64Var(&p.input, prefix+"input", 0, "USD per million input tokens")
+	c.Flags().Float64Var(&p.cached, prefix+"cached-input", 0, "USD per million cached input tokens (default: the input price)")
+	c.Flags().Float64Var(&p.output, prefix+"output", 0, "USD per million output tokens")
+}
+
+func (p *priceFlags) changed(c *cobra.Command) map[string]any {
+	out := map[string]any{}
+	if c.Flags().Changed(p.prefix + "input") {
+		out["input_per_mtok_usd"] = p.input
+	}
+	if c.Flags().Changed(p.prefix + "cached-input") {
+		out["cached_input_per_mtok_usd"] = p.cached
+	}
+	if c.Flags().Changed(p.prefix + "output") {
+		out["output_per_mtok_usd"] = p.output
+	}
+	return out
 }

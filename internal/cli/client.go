@@ -101,3 +101,29 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	}
 	return nil
 }
+
+// Stream copies the body of a successful answer to w as it arrives.
+func (c *Client) Stream(ctx context.Context, method, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach aiforge at %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(data))}
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}

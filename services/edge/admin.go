@@ -32,11 +32,12 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
 }
 
+func constantEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
-	want := []byte(s.cfg.AdminKey)
 	return func(w http.ResponseWriter, r *http.Request) {
 		got, ok := bearer(r)
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		if !ok || !constantEqual(got, s.cfg.AdminKey) {
 			contracts.Write(w, &contracts.Error{Status: http.StatusUnauthorized, Type: contracts.TypeInvalidRequest,
 				Code: contracts.CodeInvalidAPIKey, Message: "The admin API needs 'Authorization: Bearer <admin key>'."})
 			return

@@ -49,6 +49,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models/{id...}", s.getModel)
 
 	s.adminRoutes(mux)
+	s.reportRoutes(mux)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)

@@ -1,0 +1,245 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
+)
+
+// Usage reports are answered by the usage service over the bus; the edge
+// authenticates, scopes a tenant key to its own tenant (project) and
+// forwards. The admin key sees every tenant.
+func (s *Service) reportRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/organization/usage/completions", s.report("completions"))
+	mux.HandleFunc("GET /v1/organization/usage/embeddings", s.report("embeddings"))
+	mux.HandleFunc("GET /v1/organization/costs", s.report("costs"))
+	mux.HandleFunc("POST /admin/v1/usage/audit", s.admin(s.adminUsage("audit")))
+	mux.HandleFunc("GET /admin/v1/usage/ledger", s.admin(s.adminUsage("ledger")))
+	mux.HandleFunc("GET /admin/v1/usage/events", s.admin(s.exportUsage))
+}
+
+// usageQuery is the request the usage service answers on events.UsageQuery.
+type usageQuery struct {
+	Op    string `json:"op"`
+	Scope string `json:"scope,omitempty"`
+	Query string `json:"query,omitempty"`
+	From  int64  `json:"from,omitempty"`
+	To    int64  `json:"to,omitempty"`
+}
+
+// report serves an OpenAI usage or costs endpoint.
+func (s *Service) report(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scope, ok := s.reportScope(r)
+		if !ok {
+			contracts.Write(w, contracts.ErrInvalidAPIKey())
+			return
+		}
+		s.askUsage(w, r, usageQuery{Op: op, Scope: scope, Query: r.URL.RawQuery}, 30*time.Second)
+	}
+}
+
+// reportScope: the admin key reads every tenant (""), a tenant key its own.
+func (s *Service) reportScope(r *http.Request) (string, bool) {
+	if got, ok := bearer(r); ok && constantEqual(got, s.cfg.AdminKey) {
+		return "", true
+	}
+	if k := s.authenticateKey(r); k != nil {
+		return k.Tenant, true
+	}
+	return "", false
+}
+
+func (s *Service) adminUsage(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		from, to, apiErr := window(r)
+		if apiErr != nil {
+			contracts.Write(w, apiErr)
+			return
+		}
+		s.askUsage(w, r, usageQuery{Op: op, Scope: r.URL.Query().Get("tenant"), From: from.Unix(), To: to.Unix()}, 5*time.Minute)
+	}
+}
+
+// window reads from and to (unix seconds or RFC 3339); to defaults to now,
+// from to 24 hours before to.
+func window(r *http.Request) (time.Time, time.Time, *contracts.Error) {
+	q := r.URL.Query()
+	to := time.Now()
+	if v := q.Get("to"); v != "" {
+		t, err := parseTime(v)
+		if err != nil {
+			return time.Time{}, time.Time{}, contracts.ErrBadRequest("to", contracts.CodeInvalidRequest, "Invalid 'to': "+err.Error())
+		}
+		to = t
+	}
+	from := to.Add(-24 * time.Hour)
+	if v := q.Get("from"); v != "" {
+		t, err := parseTime(v)
+		if err != nil {
+			return time.Time{}, time.Time{}, contracts.ErrBadRequest("from", contracts.CodeInvalidRequest, "Invalid 'from': "+err.Error())
+		}
+		from = t
+	}
+	if !from.Before(to) {
+		return time.Time{}, time.Time{}, contracts.ErrBadRequest("from", contracts.CodeInvalidRequest, "'from' must be before 'to'.")
+	}
+	return from, to, nil
+}
+
+func parseTime(v string) (time.Time, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Unix(n, 0), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, errors.New("expected unix seconds or RFC 3339")
+	}
+	return t, nil
+}
+
+// askUsage forwards q to the usage service and relays its answer: an OpenAI
+// page, or an error with the status the service chose.
+func (s *Service) askUsage(w http.ResponseWriter, r *http.Request, q usageQuery, timeout time.Duration) {
+	body, _ := json.Marshal(q)
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	msg, err := s.deps.NC.RequestWithContext(ctx, events.UsageQuery, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			contracts.Write(w, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeNoWorker,
+				Message: "The usage service is not running."})
+			return
+		}
+		contracts.Write(w, contracts.ErrEngineTimeout("The usage service did not answer in time."))
+		return
+	}
+	var probe struct {
+		Status int             `json:"status"`
+		Error  json.RawMessage `json:"error"`
+	}
+	_ = json.Unmarshal(msg.Data, &probe)
+	if len(probe.Error) > 0 {
+		status := probe.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = fmt.Fprintf(w, `{"error":%s}`, probe.Error)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(msg.Data)
+}
+
+// exportUsage streams the raw usage events of a window as CloudEvents in
+// structured JSON, one per line: the shape OpenMeter, Lago and Stripe meter
+// ingestion take. Events are selected by their own time; the scan starts a
+// margin earlier in stream time so late arrivals are included.
+func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
+	from, to, apiErr := window(r)
+	if apiErr != nil {
+		contracts.Write(w, apiErr)
+		return
+	}
+	tenant := r.URL.Query().Get("tenant")
+	ctx := r.Context()
+	stream, err := s.deps.JS.Stream(ctx, events.StreamUsage)
+	if err != nil {
+		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		return
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if info.State.Msgs == 0 {
+		return
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy}
+	start := from.Add(-ExportLateMargin)
+	cfg.OptStartTime = &start
+	if tenant != "" {
+		cfg.FilterSubjects = []string{events.UsageSubject(tenant), fmt.Sprintf(events.UsageCorrectedT, events.Token(tenant))}
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		return
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	defer bw.Flush()
+	last := info.State.LastSeq
+	for {
+		batch, err := cons.FetchNoWait(1000)
+		if err != nil {
+			return
+		}
+		n := 0
+		var seq uint64
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			seq = md.Sequence.Stream
+			ce, at, ok := cloudEvent(m)
+			if ok && !at.Before(from) && at.Before(to) {
+				_, _ = bw.Write(ce)
+				_ = bw.WriteByte('\n')
+			}
+		}
+		if n == 0 || seq >= last {
+			return
+		}
+	}
+}
+
+// ExportLateMargin is how far before a window's start the export scans the
+// stream for events that arrived late.
+const ExportLateMargin = 15 * time.Minute
+
+// cloudEvent renders a stream message as a structured CloudEvent and returns
+// the event's own time (the request's start).
+func cloudEvent(m jetstream.Msg) ([]byte, time.Time, bool) {
+	env := events.ReadEnvelope(m.Headers())
+	var at struct {
+		StartedAt time.Time `json:"started_at"`
+		At        time.Time `json:"at"`
+	}
+	if json.Unmarshal(m.Data(), &at) != nil {
+		return nil, time.Time{}, false
+	}
+	t := at.StartedAt
+	if t.IsZero() {
+		t = at.At
+	}
+	ce := map[string]any{
+		"specversion":     "1.0",
+		"id":              env.ID,
+		"type":            env.Type,
+		"source":          env.Source,
+		"time":            env.Time.UTC().Format(time.RFC3339Nano),
+		"subject":         env.Tenant,
+		"datacontenttype": "application/json",
+		"data":            json.RawMessage(m.Data()),
+	}
+	b, err := json.Marshal(ce)
+	return b, t, err == nil
+}
+
