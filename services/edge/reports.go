@@ -242,4 +242,3 @@ func cloudEvent(m jetstream.Msg) ([]byte, time.Time, bool) {
 	b, err := json.Marshal(ce)
 	return b, t, err == nil
 }
-
