@@ -22,6 +22,7 @@ require (
 )
 
 require (
+	github.com/aiforge/aiforge/services/usage v0.0.0
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -54,3 +55,5 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/aiforge/aiforge/services/usage => ./services/usage

@@ -31,7 +31,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for `aiforge run` sidecars")
 	} else {
 		c.Flags().StringVar(&f.natsURL, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "external NATS with JetStream")
-		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the admin key file when AIFORGE_ADMIN_KEY is unset")
+		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the admin key file when AIFORGE_ADMIN_KEY is unset (nats: the JetStream store)")
+		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "nats: the address to serve the bus on (default 0.0.0.0:4222)")
 	}
 }
 
@@ -101,6 +102,16 @@ func runCmd() *cobra.Command {
 			o, err := f.options([]string{args[0]})
 			if err != nil {
 				return err
+			}
+			if args[0] == "nats" {
+				// The bus itself: embedded, listening for the other services.
+				o.NATSURL = ""
+				if o.NATSListen == "" {
+					o.NATSListen = env("AIFORGE_NATS_LISTEN", "0.0.0.0:4222")
+				}
+				if o.DataDir == "" {
+					o.DataDir = "./aiforge-data"
+				}
 			}
 			if args[0] == "worker" {
 				if engineKeyEnv != "" {

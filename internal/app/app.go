@@ -32,6 +32,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge"
+	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 )
 
@@ -56,6 +57,8 @@ type Options struct {
 	AdminKey   string
 	OnAdminKey func(key, path string)
 
+	// Usage tunes the usage service.
+	Usage usage.Config
 	// Worker is the engine binding for the "worker" target.
 	Worker worker.Config
 	// Edge and WorkerDefaults tune the services.
@@ -76,16 +79,18 @@ type module struct {
 // modules is the table of everything that can run and what it needs.
 var modules = map[string]module{
 	"bus":     {},
+	"nats":    {deps: []string{"bus"}, build: (*App).buildNATS},
 	"edge":    {deps: []string{"bus"}, build: (*App).buildEdge},
 	"workers": {deps: []string{"bus"}, build: (*App).buildSupervisor},
 	"worker":  {deps: []string{"bus"}, build: (*App).buildWorker},
+	"usage":   {deps: []string{"bus"}, build: (*App).buildUsage},
 }
 
 // groups name sets of modules. Modules start in this order (after their
 // dependencies) and stop in reverse: the edge starts last and stops first,
 // so it drains its open streams while the workers still serve them.
 var groups = map[string][]string{
-	"all": {"workers", "edge"},
+	"all": {"usage", "workers", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.
@@ -396,6 +401,19 @@ func (a *App) workerMetrics() (*worker.Metrics, error) {
 	return a.wm, nil
 }
 
+// buildNATS serves the bus alone: the embedded nats-server with JetStream,
+// listening for other processes (`aiforge run nats`, a NATS for compose
+// stacks that has no image to pull).
+func (a *App) buildNATS() (func(context.Context) error, func() bool, error) {
+	if a.srv == nil {
+		return nil, nil, errors.New("the nats target runs the embedded server: give it a data dir and no NATS URL")
+	}
+	return func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}, a.srv.Running, nil
+}
+
 func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error) {
 	m, err := a.workerMetrics()
 	if err != nil {
@@ -419,6 +437,16 @@ func (a *App) buildWorker() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	return w.Run, w.Ready, nil
+}
+
+func (a *App) buildUsage() (func(context.Context) error, func() bool, error) {
+	cfg := a.opts.Usage
+	cfg.Streams = a.opts.Edge.Streams
+	u, err := usage.New(cfg, usage.Deps{NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry})
+	if err != nil {
+		return nil, nil, err
+	}
+	return u.Run, u.Ready, nil
 }
 
 // Store opens the registry on the process's bus (for in-process tools).

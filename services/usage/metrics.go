@@ -1,0 +1,82 @@
+package usage
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	folded      *prometheus.CounterVec
+	applied     prometheus.Counter
+	duplicate   prometheus.Counter
+	ignored     prometheus.Counter
+	invalid     prometheus.Counter
+	foldedSeq   prometheus.Gauge
+	lag         prometheus.Gauge
+	snapshotDur prometheus.Histogram
+	snapshotB   prometheus.Gauge
+	snapshotErr prometheus.Counter
+	audits      *prometheus.CounterVec
+	auditDur    prometheus.Histogram
+	settle      *prometheus.CounterVec
+	settleOK    prometheus.Counter
+	settleSkip  prometheus.Counter
+	settleErr   prometheus.Counter
+	alerts      prometheus.Counter
+	queries     *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		folded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_usage_events_folded_total",
+			Help: "USAGE stream messages folded, by result: applied, duplicate (event id seen before), ignored (not a usage event), invalid.",
+		}, []string{"result"}),
+		foldedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aiforge_usage_folded_sequence", Help: "The last USAGE stream sequence folded into the ledger.",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aiforge_usage_fold_lag_events", Help: "USAGE stream messages not folded yet (stream last sequence minus folded sequence).",
+		}),
+		snapshotDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "aiforge_usage_snapshot_duration_seconds", Help: "Time to save a ledger snapshot, settlement barrier included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		snapshotB: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aiforge_usage_snapshot_bytes", Help: "Size of the last ledger snapshot.",
+		}),
+		snapshotErr: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aiforge_usage_snapshot_errors_total", Help: "Ledger snapshots that failed to save.",
+		}),
+		audits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_usage_audits_total", Help: "Audits run, by result: clean, differences, error.",
+		}, []string{"result"}),
+		auditDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "aiforge_usage_audit_duration_seconds", Help: "Time to replay and compare one audit.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		settle: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_usage_settlements_total",
+			Help: "Budget entry settlements, by result: ok, skipped (already settled), error (retried).",
+		}, []string{"result"}),
+		alerts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aiforge_usage_budget_alerts_total", Help: "Soft budget alerts published.",
+		}),
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_usage_queries_total", Help: "Queries answered, by op and status.",
+		}, []string{"op", "status"}),
+	}
+	m.applied = m.folded.WithLabelValues("applied")
+	m.duplicate = m.folded.WithLabelValues("duplicate")
+	m.ignored = m.folded.WithLabelValues("ignored")
+	m.invalid = m.folded.WithLabelValues("invalid")
+	m.settleOK = m.settle.WithLabelValues("ok")
+	m.settleSkip = m.settle.WithLabelValues("skipped")
+	m.settleErr = m.settle.WithLabelValues("error")
+	for _, c := range []prometheus.Collector{m.folded, m.foldedSeq, m.lag, m.snapshotDur, m.snapshotB, m.snapshotErr,
+		m.audits, m.auditDur, m.settle, m.alerts, m.queries} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
