@@ -38,9 +38,10 @@ const (
 	UsageRecordedT = "aiforge.usage.recorded.v1.%s"
 	// UsageAll matches every usage event.
 	UsageAll = "aiforge.usage.>"
-	// UsageQuery is the core NATS request/reply subject of usage reports
-	// and ledger dumps, answered by the usage service.
-	UsageQuery = "aiforge.usage.query.v1"
+	// UsageQuery is the core NATS request/reply subject of usage reports,
+	// audits and ledger dumps, answered by the usage service. It lies
+	// outside aiforge.usage.> so the USAGE stream never captures a query.
+	UsageQuery = "aiforge.query.usage.v1"
 	// BudgetAll matches every budget alert.
 	BudgetAll = "aiforge.budget.>"
 	// DeadLetterT receives messages a consumer gave up on: stream, durable.

@@ -381,6 +381,26 @@ func TestReportScopeFiltersAndEmptyBuckets(t *testing.T) {
 			}
 		}
 	}
+	// batch=true: no batch usage yet
+	for _, tb := range l.Completions(mustParse(t, ReportCompletions, fmt.Sprintf("start_time=%d&batch=true", t0.Unix())), "").Data {
+		if len(tb.Results) != 0 {
+			t.Fatalf("batch=true: %+v", tb.Results)
+		}
+	}
+	// without end_time the last bucket is whole; with it, cut at end_time
+	oq, perr := ParseQuery(ReportCompletions, fmt.Sprintf("start_time=%d&bucket_width=1h&limit=168", t0.Add(9*24*time.Hour).Unix()),
+		t0.Add(10*24*time.Hour+30*time.Minute))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	p = l.Completions(oq, "")
+	if n := len(p.Data); n != 25 || p.Data[n-1].EndTime != t0.Add(10*24*time.Hour+time.Hour).Unix() || p.HasMore {
+		t.Fatalf("open end: %d buckets, last ends %d", n, p.Data[n-1].EndTime)
+	}
+	p = l.Completions(mustParse(t, ReportCompletions, fmt.Sprintf("start_time=%d&end_time=%d&bucket_width=1h", t0.Unix()+1800, t0.Unix()+7200+600)), "")
+	if len(p.Data) != 3 || p.Data[0].StartTime != t0.Unix()+1800 || p.Data[0].EndTime != t0.Unix()+3600 || p.Data[2].EndTime != t0.Unix()+7800 {
+		t.Fatalf("clamped buckets: %+v", p.Data)
+	}
 	// JSON shape: nulls written, not omitted
 	b, _ := l.ReportJSON(mustParse(t, ReportCompletions, fmt.Sprintf("start_time=%d&limit=1", t0.Unix())), "")
 	for _, s := range []string{`"object":"page"`, `"object":"bucket"`, `"project_id":null`, `"user_id":null`, `"batch":null`,
@@ -414,6 +434,8 @@ func TestReportBadParams(t *testing.T) {
 		{ReportCosts, "start_time=100&bucket_width=1h", "bucket_width", contracts.CodeInvalidRequest, ""},
 		{ReportCosts, "start_time=100&group_by=model", "group_by", contracts.CodeInvalidRequest, ""},
 		{ReportCosts, "start_time=100&limit=181", "limit", contracts.CodeInvalidRequest, ""},
+		{ReportCompletions, "start_time=100&user_ids=u1", "user_ids", contracts.CodeInvalidRequest, ""},
+		{ReportCompletions, "start_time=100&batch=maybe", "batch", contracts.CodeInvalidType, ""},
 	}
 	for _, c := range cases {
 		_, err := ParseQuery(c.r, c.q, t0)

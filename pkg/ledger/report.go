@@ -53,6 +53,12 @@ type Query struct {
 	// Models filters models (completions, embeddings) or line items
 	// (costs).
 	Models []string
+	// OpenEnd is set when the request had no end_time: the last bucket is
+	// then listed whole, not cut at EndTime (now).
+	OpenEnd bool
+	// BatchOnly is batch=true: only batch usage, of which aiforge has none
+	// yet, so every bucket is empty.
+	BatchOnly bool
 }
 
 func (q Query) grouped(field string) bool { return slices.Contains(q.GroupBy, field) }
@@ -97,8 +103,15 @@ func list(v url.Values, name string) []string {
 // max 168, 1m default 60 max 1440; costs default 7 max 180), page (the
 // next_page cursor of the previous page), group_by (project_id, api_key_id,
 // model; costs: project_id, line_item) and the filters project_ids,
-// api_key_ids and models (costs: project_ids, line_items). Errors are
+// api_key_ids and models (costs: project_ids, line_items); batch=true
+// matches nothing (aiforge has no batch usage yet) and user_ids is refused
+// (there are no users). Other parameters are ignored. Errors are
 // OpenAI-shaped 400s naming the parameter.
+//
+// Buckets are aligned to UTC multiples of the width; the first starts at
+// start_time and the last ends at end_time when those are not aligned (the
+// last is listed whole when end_time is absent). A bucket counts the minute
+// buckets whose minute starts inside it.
 func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Error) {
 	q := Query{Report: r}
 	switch r {
@@ -145,6 +158,7 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 		q.EndTime = end
 	} else {
 		q.EndTime = max(now.Unix(), start)
+		q.OpenEnd = true
 	}
 
 	switch bw := v.Get("bucket_width"); bw {
@@ -198,6 +212,19 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 		}
 	}
 
+	if r != ReportCosts {
+		switch b := v.Get("batch"); b {
+		case "", "false":
+		case "true":
+			q.BatchOnly = true
+		default:
+			return q, badParam("batch", contracts.CodeInvalidType, "Invalid 'batch': expected true or false, got '%s'.", b)
+		}
+	}
+	if len(list(v, "user_ids")) > 0 {
+		return q, badParam("user_ids", contracts.CodeInvalidRequest,
+			"Invalid 'user_ids': aiforge usage has no users; filter by project_ids or api_key_ids.")
+	}
 	q.ProjectIDs = list(v, "project_ids")
 	if r == ReportCosts {
 		q.Models = list(v, "line_items")
@@ -334,6 +361,9 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 			return true, b
 		}
 		lo, hi := max(b, q.StartTime), min(b+w, q.EndTime)
+		if q.OpenEnd {
+			hi = b + w
+		}
 		clear(sums)
 		for _, m := range l.minuteRange(time.Unix(lo, 0), time.Unix(hi, 0)) {
 			for d, c := range l.minutes[m] {
@@ -377,7 +407,7 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 }
 
 func (q Query) match(d Dims, scope string) bool {
-	if scope != "" && d.Tenant != scope {
+	if q.BatchOnly || (scope != "" && d.Tenant != scope) {
 		return false
 	}
 	switch q.Report {

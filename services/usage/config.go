@@ -11,6 +11,23 @@
 // budget entry by stream sequence). A crash between folding and
 // snapshotting therefore re-folds from the checkpoint and counts nothing
 // twice.
+//
+// Queries are core NATS requests on events.UsageQuery (queue group
+// "usage"), a JSON QueryRequest {"op","scope","query","from","to"}:
+//
+//   - completions, embeddings, costs: query is the raw URL query string of
+//     OpenAI's GET /v1/organization/usage/completions, .../embeddings or
+//     /v1/organization/costs; the reply is OpenAI's page body.
+//   - audit: from (required) and to, unix seconds; the reply is an
+//     AuditReply.
+//   - ledger: the minute buckets whose minute starts in [from, to), a
+//     LedgerReply.
+//   - prices: the price histories and discounts in force, a PricesReply.
+//
+// scope, when set, restricts any op to one tenant. A failure is an
+// ErrorReply: OpenAI's {"error":{...}} plus "status", the HTTP status to
+// answer with. Every reply carries the header Aiforge-Usage-Reply; use
+// Request, which waits for it (the USAGE stream also answers, see Request).
 package usage
 
 import (
@@ -57,7 +74,10 @@ type Config struct {
 	// SnapshotBucket is the JetStream Object Store bucket of ledger
 	// snapshots, created at start. Default "aiforge_ledgers".
 	SnapshotBucket string
-	// SnapshotObject is the object name of the snapshot. Default "ledger".
+	// SnapshotObject is the object name of the snapshot. Default "ledger",
+	// or "ledger-unsettled" with DisableSettlement: a replica that does not
+	// settle must not replace the settling replica's checkpoint (whose
+	// sequence promises that everything before it is settled).
 	SnapshotObject string
 	// SnapshotEvery saves a snapshot after this many stream messages
 	// folded. Default 100000.
@@ -81,10 +101,10 @@ type Config struct {
 	// Source is the ce-source of the budget alerts published. Default
 	// "usage".
 	Source string
-	// DisableSettlement turns budget settlement off. Settlement of
-	// coalesced batches is exact with one settling replica per bucket of
-	// budgets: run further replicas (which still fold and answer queries)
-	// with DisableSettlement.
+	// DisableSettlement turns budget settlement off. Settlement coalesces
+	// the events of a batch per budget entry, which is exact with one
+	// settling replica: run further replicas (which still fold and answer
+	// queries) with DisableSettlement.
 	DisableSettlement bool
 	// SettleV1 also settles the cost of UsageRecordedV1 events (they carry
 	// no reservations). Off by default: only V2 events are settled.
@@ -160,6 +180,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SnapshotObject == "" {
 		c.SnapshotObject = DefaultSnapshotObject
+		if c.DisableSettlement {
+			c.SnapshotObject = DefaultSnapshotObject + "-unsettled"
+		}
 	}
 	if c.QueueGroup == "" {
 		c.QueueGroup = DefaultQueueGroup

@@ -15,6 +15,7 @@ import (
 type decoder struct {
 	v2  events.UsageRecordedV2
 	cor events.UsageCorrectedV1
+	in  interner
 }
 
 type decoded int
@@ -36,15 +37,19 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 	}
 	switch typ {
 	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2:
+		isV2 := typ == events.TypeUsageRecordedV2
 		res := d.v2.Reservations[:0]
 		d.v2 = events.UsageRecordedV2{Reservations: res}
 		var target any = &d.v2.UsageRecordedV1
 		ev = &d.v2.UsageRecordedV1
-		if typ == events.TypeUsageRecordedV2 {
+		if isV2 {
 			target, ev = &d.v2, &d.v2
 		}
-		if err := json.Unmarshal(data, target); err != nil {
-			return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+		if !fastDecodeRecorded(data, &d.v2, isV2, &d.in) {
+			d.v2 = events.UsageRecordedV2{Reservations: res}
+			if err := json.Unmarshal(data, target); err != nil {
+				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+			}
 		}
 	case events.TypeUsageCorrectedV1:
 		d.cor = events.UsageCorrectedV1{}

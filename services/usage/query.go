@@ -110,7 +110,15 @@ func (s *Service) onQuery(ctx context.Context) nats.MsgHandler {
 				Code: contracts.CodeOverloaded, Message: "The usage service is answering too many queries. Retry shortly."}))
 			return
 		}
+		s.qmu.Lock()
+		defer s.qmu.Unlock()
+		if s.qclosed {
+			<-s.querySem
+			return
+		}
+		s.qwg.Add(1)
 		go func() {
+			defer s.qwg.Done()
 			defer func() { <-s.querySem }()
 			var req QueryRequest
 			if len(m.Data) > maxQueryRequestBytes {
@@ -138,15 +146,20 @@ func (s *Service) respond(m *nats.Msg, op string, v any) {
 	if e, ok := v.(ErrorReply); ok {
 		status = e.Status
 	}
-	if max := s.deps.NC.MaxPayload(); int64(len(body)) > max-1024 {
+	if limit := s.deps.NC.MaxPayload(); int64(len(body)) > limit-1024 {
 		param := "limit"
 		if op == OpLedger || op == OpAudit {
 			param = "from"
 		}
 		e := errorReply(contracts.ErrBadRequest(param, contracts.CodeInvalidRequest,
-			fmt.Sprintf("The answer (%d bytes) exceeds the bus message limit (%d bytes): narrow the range, lower limit or group less.", len(body), max)))
+			fmt.Sprintf("The answer (%d bytes) exceeds the bus message limit (%d bytes): narrow the range, lower limit or group less.", len(body), limit)))
 		status = e.Status
 		body, _ = json.Marshal(e)
+	}
+	switch op {
+	case OpCompletions, OpEmbeddings, OpCosts, OpAudit, OpLedger, OpPrices:
+	default:
+		op = "unknown" // bounded label values
 	}
 	s.m.queries.WithLabelValues(op, fmt.Sprint(status)).Inc()
 	r := nats.NewMsg(m.Reply)

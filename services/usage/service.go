@@ -42,6 +42,11 @@ type Service struct {
 	querySem chan struct{}
 	auditSem chan struct{}
 
+	// Queries in flight, so Run returns only after they answered.
+	qmu     sync.Mutex
+	qclosed bool
+	qwg     sync.WaitGroup
+
 	// Folder state, owned by the folder goroutine.
 	dec          decoder
 	pending      *settleBatch
@@ -142,7 +147,11 @@ func (s *Service) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() {
+		s.qmu.Lock()
+		s.qclosed = true
+		s.qmu.Unlock()
 		stopBG()
+		s.qwg.Wait()
 		wg.Wait()
 	}()
 	if err := s.watchRegistry(ctx, bg, &wg, store); err != nil {

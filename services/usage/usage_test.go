@@ -89,7 +89,7 @@ func TestCrashAndRestartCountsEveryEventOnce(t *testing.T) {
 
 	// The ledger dump over the bus says the same.
 	d := h.ledgerDump(h.base, h.base.Add(48*time.Hour), "")
-	if s := sum(d.Data); s != want || d.LastSeq != last {
+	if s := sum(d.Data); s != want || d.LastSeq < last {
 		t.Fatalf("dump sums %+v at %d, want %+v at %d", s, d.LastSeq, want, last)
 	}
 	// And the audit recomputes the same buckets from the raw stream.
@@ -102,6 +102,45 @@ func TestCrashAndRestartCountsEveryEventOnce(t *testing.T) {
 	}
 	t.Logf("crash at seq %d, snapshot at %d; audit replayed %d events in %.3fs (%.0f/s)",
 		crashedAt, snap.LastSeq(), rep.EventsReplayed, rep.ReplaySeconds, rep.EventsPerSecond)
+
+	// A clean stop saves a final snapshot; the next start folds nothing
+	// again.
+	r2.stop(t)
+	r3 := h.start(Config{}, nil)
+	waitFolded(t, r3.svc, r2.svc.FoldedSeq())
+	r3.svc.Ledger(func(l *ledger.Ledger) { got = l.Totals(time.Time{}, time.Time{}, "") })
+	if applied := testutil.ToFloat64(r3.svc.m.applied); got != want || applied != 0 {
+		t.Fatalf("after a clean restart: %+v (applied %v again), want %+v", got, applied, want)
+	}
+}
+
+// Snapshots are also saved every SnapshotInterval while folding.
+func TestSnapshotOnInterval(t *testing.T) {
+	h := newHarness(t)
+	r := h.start(Config{SnapshotEvery: 1 << 30, SnapshotInterval: 50 * time.Millisecond}, nil)
+	h.publish(h.mixed(200))
+	last := h.lastSeq()
+	waitFolded(t, r.svc, last)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := r.svc.obs.GetBytes(context.Background(), DefaultSnapshotObject)
+		if err == nil {
+			l := ledger.New()
+			if err := json.Unmarshal(b, l); err != nil {
+				t.Fatal(err)
+			}
+			if l.LastSeq() >= last {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot at %d: %v", last, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := testutil.CollectAndCount(r.reg, "aiforge_usage_snapshot_duration_seconds"); n != 1 {
+		t.Fatalf("snapshot duration metric: %d series", n)
+	}
 }
 
 // An event published again within the duplicate window is dropped by
@@ -279,10 +318,42 @@ func TestQueryBesideStreamAck(t *testing.T) {
 	if err := json.Unmarshal(b, &er); err != nil || er.Status != 400 || er.Error.Param == nil || *er.Error.Param != "op" {
 		t.Fatalf("bad op reply %s", b)
 	}
-	if last := h.lastSeq(); last > 0 {
-		waitFolded(t, r.svc, last)
-		if ig := testutil.ToFloat64(r.svc.m.ignored); ig != float64(last) {
-			t.Fatalf("stored queries: %d, ignored %v", last, ig)
+	// Queries are not usage: the USAGE stream must not have captured them.
+	if last := h.lastSeq(); last != 0 {
+		t.Fatalf("the USAGE stream stored %d query messages", last)
+	}
+	_ = r
+}
+
+// An audit of a window nothing was stored in (yet) answers at once.
+func TestAuditOfAnEmptyWindow(t *testing.T) {
+	h := newHarness(t)
+	h.setPrices()
+	pubs := h.mixed(100)
+	h.publish(pubs)
+	r := h.start(Config{}, nil)
+	waitFolded(t, r.svc, h.lastSeq())
+	future := time.Now().Add(24 * time.Hour)
+	rep := h.audit(future, future.Add(time.Hour))
+	if rep.EventsReplayed != 0 || rep.BucketsCompared != 0 || len(rep.Differences) != 0 {
+		t.Fatalf("audit of the future: %+v", rep)
+	}
+	// from is required; to must follow from
+	for _, req := range []QueryRequest{{Op: OpAudit}, {Op: OpAudit, From: 100, To: 50}, {Op: OpLedger, From: 100, To: 100}} {
+		var er ErrorReply
+		if err := json.Unmarshal(h.query(req), &er); err != nil || er.Status != 400 || er.Error.Param == nil {
+			t.Fatalf("%+v: %+v", req, er)
 		}
+	}
+	// the ledger dump of one tenant
+	d := h.ledgerDump(h.base, h.base.Add(48*time.Hour), "beta")
+	var scoped []pub
+	for _, p := range pubs {
+		if p.subject == events.UsageSubject("beta") {
+			scoped = append(scoped, p)
+		}
+	}
+	if got, want := sum(d.Data), h.expected(scoped, nil); got != want {
+		t.Fatalf("beta's dump %+v, want %+v", got, want)
 	}
 }
