@@ -215,3 +215,52 @@ func TestUsageReportsAuditAndExport(t *testing.T) {
 		t.Fatalf("exported %d globex events, want 2", n)
 	}
 }
+
+// TestCorrectionIsACompensatingEvent: a correction changes the ledger by its
+// deltas, once, however often it is posted.
+func TestCorrectionIsACompensatingEvent(t *testing.T) {
+	_, base := sim(t, enginesim.Config{Models: []string{"up"}})
+	s := startStack(t, stackOpts{})
+	ctx := context.Background()
+	key, keyID := s.tenantKey("acme")
+	s.register("chat", base, "up")
+	probe, _ := s.tenantKey("probe")
+	s.waitServed(probe, "chat")
+	start := time.Now().Add(-time.Minute)
+	st, body := s.post(key, "/v1/chat/completions", chatBody("chat", 10, false))
+	if st != 200 {
+		t.Fatalf("%d %s", st, body)
+	}
+	q := s.url + "/v1/organization/usage/completions?start_time=" + strconv.FormatInt(start.Unix(), 10) + "&bucket_width=1h"
+	output := func() int64 {
+		var p completionsPage
+		getJSON(t, q, key, &p)
+		var out int64
+		for _, b := range p.Data {
+			for _, r := range b.Results {
+				out += r.OutputTokens
+			}
+		}
+		return out
+	}
+	eventually(t, 10*time.Second, func() bool { return output() == 10 }, "usage folded")
+	corr := map[string]any{"correction_id": "corr-test-1", "request_id": "req_x", "tenant": "acme", "key_id": keyID, "model": "chat",
+		"endpoint": "chat.completions", "at": time.Now().UTC(), "delta_completion_tokens": -4, "reason": "engine over-reported"}
+	for i := 0; i < 2; i++ {
+		if err := s.admin.Do(ctx, "POST", "/admin/v1/usage/corrections", corr, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A later request is folded after both corrections (stream order): the
+	// total then shows whether the correction counted once or twice.
+	if st, body := s.post(key, "/v1/chat/completions", chatBody("chat", 1, false)); st != 200 {
+		t.Fatalf("%d %s", st, body)
+	}
+	eventually(t, 10*time.Second, func() bool { return output() != 10 && output() != 6 }, "marker folded")
+	if got := output(); got != 7 {
+		t.Fatalf("output tokens %d, want 10 - 4 + 1 = 7", got)
+	}
+	if err := s.admin.Do(ctx, "POST", "/admin/v1/usage/corrections", map[string]any{"tenant": "acme"}, nil); err == nil {
+		t.Fatal("an incomplete correction was accepted")
+	}
+}

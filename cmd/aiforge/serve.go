@@ -20,12 +20,14 @@ type serveFlags struct {
 	natsListen string
 	logLevel   string
 	grace      time.Duration
+	retention  time.Duration
 }
 
 func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.listen, "listen", env("AIFORGE_LISTEN", "127.0.0.1:8080"), "HTTP address of the API (edge)")
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
+	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store and the admin key")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for `aiforge run` sidecars")
@@ -57,6 +59,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		},
 	}
 	o.Edge.ShutdownGrace = f.grace
+	o.Edge.Streams.UsageMaxAge = f.retention
 	o.WorkerDefaults.DrainTimeout = f.grace
 	return o, nil
 }

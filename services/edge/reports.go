@@ -27,6 +27,32 @@ func (s *Service) reportRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/usage/audit", s.admin(s.adminUsage("audit")))
 	mux.HandleFunc("GET /admin/v1/usage/ledger", s.admin(s.adminUsage("ledger")))
 	mux.HandleFunc("GET /admin/v1/usage/events", s.admin(s.exportUsage))
+	mux.HandleFunc("POST /admin/v1/usage/corrections", s.admin(s.correctUsage))
+}
+
+// correctUsage publishes a compensating event: ledgers are never edited,
+// a correction adds (possibly negative) deltas to the original request's
+// bucket. A client-chosen correction_id makes a retried call count once.
+func (s *Service) correctUsage(w http.ResponseWriter, r *http.Request) {
+	var c events.UsageCorrectedV1
+	if !decodeAdmin(w, r, &c) {
+		return
+	}
+	if c.CorrectionID == "" {
+		c.CorrectionID = "corr_" + events.NewID()
+	}
+	if err := c.Validate(); err != nil {
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
+		return
+	}
+	subject := fmt.Sprintf(events.UsageCorrectedT, events.Token(c.Tenant))
+	env := events.Envelope{ID: c.CorrectionID, Source: s.cfg.InstanceID, Tenant: c.Tenant}
+	if _, err := events.Publish(r.Context(), s.deps.JS, subject, c, env); err != nil {
+		s.log.Error("publish correction", "correction_id", c.CorrectionID, "err", err)
+		contracts.Write(w, contracts.ErrInternal("The correction could not be recorded."))
+		return
+	}
+	writeJSON(w, http.StatusCreated, c)
 }
 
 // usageQuery is the request the usage service answers on events.UsageQuery.
