@@ -42,6 +42,15 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			DenyPurge:   true,
 		},
 		{
+			Name:        StreamDocs,
+			Description: "the document flow: ingest requested, chunked, embedded, indexed, failed, removed",
+			Subjects:    []string{DocsAll},
+			Storage:     jetstream.FileStorage,
+			MaxAge:      30 * 24 * time.Hour,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		{
 			Name:        StreamBudget,
 			Description: "budget alerts: a soft budget crossed, once per period",
 			Subjects:    []string{BudgetAll},
@@ -74,6 +83,9 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketKeys, "API keys by id: hashes only, never secrets"),
 		mk(BucketModels, "served models by name: engine bindings"),
 		mk(BucketPrices, "price history per model, never deleted"),
+		mk(BucketFiles, "files per tenant: metadata of uploaded files"),
+		mk(BucketVectorStores, "vector stores per tenant"),
+		mk(BucketVectorStoreFiles, "files of vector stores with their processing status"),
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: BucketRateLimits, Description: "requests and tokens per key and minute", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 3 * time.Minute},
 	}

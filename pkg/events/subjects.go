@@ -70,6 +70,11 @@ const (
 	BucketBudgets = "aiforge_budgets"
 	// BucketRateLimits holds request and token counts per key and minute.
 	BucketRateLimits = "aiforge_ratelimits"
+	// BucketFiles, BucketVectorStores and BucketVectorStoreFiles hold the
+	// Files and Vector stores APIs' records, keyed by tenant first.
+	BucketFiles            = "aiforge_files"
+	BucketVectorStores     = "aiforge_vector_stores"
+	BucketVectorStoreFiles = "aiforge_vector_store_files"
 )
 
 // InferQueue is the queue group shared by the workers of one model.
