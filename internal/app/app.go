@@ -30,6 +30,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natsutil"
+	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge"
 	"github.com/aiforge/aiforge/services/usage"
@@ -57,6 +58,8 @@ type Options struct {
 	AdminKey   string
 	OnAdminKey func(key, path string)
 
+	// S3, when set, stores blobs in an S3 bucket instead of DataDir/objects.
+	S3 *objstore.S3Config
 	// Usage tunes the usage service.
 	Usage usage.Config
 	// Worker is the engine binding for the "worker" target.
@@ -373,9 +376,13 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	cfg.AdminKey = key
+	objects, err := a.objects()
+	if err != nil {
+		return nil, nil, err
+	}
 	e, err := edge.New(cfg, edge.Deps{
 		NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
-		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready,
+		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready, Objects: objects,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -385,6 +392,18 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 	a.mu.Unlock()
 	// The edge's own readiness includes a.Ready; report only its part here.
 	return e.Run, func() bool { return e.Addr() != "" }, nil
+}
+
+// objects is the object store: S3 when configured, else a directory in the
+// data dir; nil (Files API off) when neither is available.
+func (a *App) objects() (objstore.Store, error) {
+	if a.opts.S3 != nil {
+		return objstore.NewS3(context.Background(), *a.opts.S3)
+	}
+	if a.opts.DataDir == "" {
+		return nil, nil
+	}
+	return objstore.NewLocal(objstore.LocalConfig{Dir: filepath.Join(a.opts.DataDir, "objects")})
 }
 
 // workerMetrics is shared by every worker of the process.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// FailoverWait bounds the search for another replica. Default 250ms.
 	FailoverWait time.Duration
+	// MaxFileBytes bounds one uploaded file; larger ones get 413. Default
+	// 512 MiB.
+	MaxFileBytes int64
 	// ShutdownGrace is how long streams in flight may finish on shutdown
 	// before they are ended with an error. Default 30s.
 	ShutdownGrace time.Duration
@@ -58,7 +62,7 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 {
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -74,6 +78,8 @@ type Deps struct {
 	Gatherer   prometheus.Gatherer
 	// Tracer creates spans; default no-op (trace context still flows).
 	Tracer trace.TracerProvider
+	// Objects stores uploaded files; without it the Files API answers 503.
+	Objects objstore.Store
 	// Listener, when set, is served instead of listening on Config.Listen.
 	Listener net.Listener
 	// Ready, when set, must also report true for /readyz to answer 200 (the
@@ -106,6 +112,7 @@ type Service struct {
 
 	budgetKV jetstream.KeyValue
 	rateKV   jetstream.KeyValue
+	filesKV  jetstream.KeyValue
 
 	flightsMu sync.Mutex
 	flights   map[string]map[*flight]struct{}
@@ -141,6 +148,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 16 << 20
+	}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes = 512 << 20
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 30 * time.Second
@@ -207,6 +217,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.rateKV, err = s.deps.JS.KeyValue(ctx, events.BucketRateLimits); err != nil {
 		return fmt.Errorf("edge: bucket %s: %w", events.BucketRateLimits, err)
+	}
+	if s.filesKV, err = s.deps.JS.KeyValue(ctx, events.BucketFiles); err != nil {
+		return fmt.Errorf("edge: bucket %s: %w", events.BucketFiles, err)
 	}
 	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{
 		NoWorkerWait: s.cfg.NoWorkerWait, HeartbeatTimeout: s.cfg.HeartbeatTimeout,

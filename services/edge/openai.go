@@ -50,6 +50,7 @@ func (s *Service) routes() http.Handler {
 
 	s.adminRoutes(mux)
 	s.reportRoutes(mux)
+	s.fileRoutes(mux)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
