@@ -110,9 +110,11 @@ type Service struct {
 	pricesMu sync.RWMutex
 	prices   map[string]registry.PriceHistory
 
-	budgetKV jetstream.KeyValue
-	rateKV   jetstream.KeyValue
-	filesKV  jetstream.KeyValue
+	budgetKV  jetstream.KeyValue
+	rateKV    jetstream.KeyValue
+	filesKV   jetstream.KeyValue
+	vsKV      jetstream.KeyValue
+	vsFilesKV jetstream.KeyValue
 
 	flightsMu sync.Mutex
 	flights   map[string]map[*flight]struct{}
@@ -218,8 +220,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.rateKV, err = s.deps.JS.KeyValue(ctx, events.BucketRateLimits); err != nil {
 		return fmt.Errorf("edge: bucket %s: %w", events.BucketRateLimits, err)
 	}
-	if s.filesKV, err = s.deps.JS.KeyValue(ctx, events.BucketFiles); err != nil {
-		return fmt.Errorf("edge: bucket %s: %w", events.BucketFiles, err)
+	for _, b := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+	}{{&s.filesKV, events.BucketFiles}, {&s.vsKV, events.BucketVectorStores}, {&s.vsFilesKV, events.BucketVectorStoreFiles}} {
+		if *b.kv, err = s.deps.JS.KeyValue(ctx, b.name); err != nil {
+			return fmt.Errorf("edge: bucket %s: %w", b.name, err)
+		}
 	}
 	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{
 		NoWorkerWait: s.cfg.NoWorkerWait, HeartbeatTimeout: s.cfg.HeartbeatTimeout,
@@ -233,7 +240,13 @@ func (s *Service) Run(ctx context.Context) error {
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() {
+		defer wg.Done()
+		if err := s.docStatus(watchCtx); err != nil {
+			s.log.Error("document status consumer ended", "err", err)
+		}
+	}()
 	go func() { defer wg.Done(); s.watchKeys(watchCtx) }()
 	go func() { defer wg.Done(); s.watchModels(watchCtx) }()
 	go func() { defer wg.Done(); s.watchTenants(watchCtx) }()

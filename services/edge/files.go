@@ -76,7 +76,13 @@ func (s *Service) tenantAPI(h func(http.ResponseWriter, *http.Request, *registry
 
 func fileKVKey(tenant, id string) string { return tenant + "." + id }
 
-func newFileID() string { return "file-" + events.NewID()[:24] }
+func newFileID() string { return sortableID("file-") }
+
+// sortableID starts with the creation time in microseconds, so ids created
+// in the same second still sort in creation order.
+func sortableID(prefix string) string {
+	return prefix + fmt.Sprintf("%013x", time.Now().UnixMicro()) + events.NewID()[:11]
+}
 
 // countingReader fails once more than limit bytes were read.
 type countingReader struct {

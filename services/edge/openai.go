@@ -51,6 +51,7 @@ func (s *Service) routes() http.Handler {
 	s.adminRoutes(mux)
 	s.reportRoutes(mux)
 	s.fileRoutes(mux)
+	s.vectorStoreRoutes(mux)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)

@@ -1,0 +1,600 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/registry"
+)
+
+// The Vector stores API as OpenAI defines it. Stores and their files are
+// records in KV buckets keyed by tenant first; adding a file publishes an
+// ingest request on the DOCS stream, and the file's status follows the
+// document flow's events (see docStatus).
+
+// FileCounts is OpenAI's file_counts.
+type FileCounts struct {
+	InProgress int `json:"in_progress"`
+	Completed  int `json:"completed"`
+	Failed     int `json:"failed"`
+	Cancelled  int `json:"cancelled"`
+	Total      int `json:"total"`
+}
+
+// VectorStore is OpenAI's vector store object.
+type VectorStore struct {
+	ID           string            `json:"id"`
+	Object       string            `json:"object"`
+	CreatedAt    int64             `json:"created_at"`
+	Name         string            `json:"name"`
+	UsageBytes   int64             `json:"usage_bytes"`
+	FileCounts   FileCounts        `json:"file_counts"`
+	Status       string            `json:"status"`
+	ExpiresAfter any               `json:"expires_after"`
+	ExpiresAt    *int64            `json:"expires_at"`
+	LastActiveAt int64             `json:"last_active_at"`
+	Metadata     map[string]string `json:"metadata"`
+	// EmbeddingModel is aiforge's addition: the served model that embeds
+	// this store's chunks; empty means keyword (sparse) search only.
+	EmbeddingModel string `json:"embedding_model,omitempty"`
+}
+
+// ChunkingStrategy is OpenAI's chunking_strategy.
+type ChunkingStrategy struct {
+	Type   string `json:"type"`
+	Static *struct {
+		MaxChunkSizeTokens int `json:"max_chunk_size_tokens"`
+		ChunkOverlapTokens int `json:"chunk_overlap_tokens"`
+	} `json:"static,omitempty"`
+}
+
+// LastError is a vector store file's last_error.
+type LastError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// VectorStoreFile is OpenAI's vector store file object.
+type VectorStoreFile struct {
+	ID               string           `json:"id"`
+	Object           string           `json:"object"`
+	UsageBytes       int64            `json:"usage_bytes"`
+	CreatedAt        int64            `json:"created_at"`
+	VectorStoreID    string           `json:"vector_store_id"`
+	Status           string           `json:"status"`
+	LastError        *LastError       `json:"last_error"`
+	ChunkingStrategy ChunkingStrategy `json:"chunking_strategy"`
+	Attributes       map[string]any   `json:"attributes"`
+	BatchID          string           `json:"-"`
+	ContentSHA256    string           `json:"-"`
+}
+
+type vsFileRecord struct {
+	VectorStoreFile
+	BatchID       string `json:"batch_id,omitempty"`
+	ContentSHA256 string `json:"content_sha256,omitempty"`
+}
+
+const (
+	statusInProgress = "in_progress"
+	statusCompleted  = "completed"
+	statusFailed     = "failed"
+	statusCancelled  = "cancelled"
+)
+
+func (s *Service) vectorStoreRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/vector_stores", s.tenantAPI(s.createVectorStore))
+	mux.HandleFunc("GET /v1/vector_stores", s.tenantAPI(s.listVectorStores))
+	mux.HandleFunc("GET /v1/vector_stores/{vs}", s.tenantAPI(s.getVectorStore))
+	mux.HandleFunc("POST /v1/vector_stores/{vs}", s.tenantAPI(s.updateVectorStore))
+	mux.HandleFunc("DELETE /v1/vector_stores/{vs}", s.tenantAPI(s.deleteVectorStore))
+	mux.HandleFunc("POST /v1/vector_stores/{vs}/files", s.tenantAPI(s.addVectorStoreFile))
+	mux.HandleFunc("GET /v1/vector_stores/{vs}/files", s.tenantAPI(s.listVectorStoreFiles))
+	mux.HandleFunc("GET /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.getVectorStoreFile))
+	mux.HandleFunc("POST /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.updateVectorStoreFile))
+	mux.HandleFunc("DELETE /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.deleteVectorStoreFile))
+}
+
+func vsKey(tenant, vs string) string           { return tenant + "." + vs }
+func vsFileKey(tenant, vs, file string) string { return tenant + "." + vs + "." + file }
+
+func validID(prefix, id string) bool {
+	return strings.HasPrefix(id, prefix) && len(id) < 80 && !strings.ContainsAny(id, ".*> \t/")
+}
+
+func notFound(w http.ResponseWriter, what, id string) {
+	contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
+		Message: fmt.Sprintf("No such %s: %s", what, id)})
+}
+
+func kvGet[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
+	var v T
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return v, 0, registry.ErrNotFound
+		}
+		return v, 0, err
+	}
+	return v, e.Revision(), json.Unmarshal(e.Value(), &v)
+}
+
+func kvPut(ctx context.Context, kv jetstream.KeyValue, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, key, b)
+	return err
+}
+
+// kvList returns every value whose key matches the filter.
+func kvList[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
+	lister, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []T
+	for key := range lister.Keys() {
+		v, _, err := kvGet[T](ctx, kv, key)
+		if err == nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// storeWithCounts recomputes file_counts and status from the store's files.
+func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorStore) VectorStore {
+	files, _ := kvList[vsFileRecord](ctx, s.vsFilesKV, vsFileKey(tenant, vs.ID, "*"))
+	vs.FileCounts = FileCounts{}
+	vs.UsageBytes = 0
+	for _, f := range files {
+		vs.FileCounts.Total++
+		vs.UsageBytes += f.UsageBytes
+		switch f.Status {
+		case statusInProgress:
+			vs.FileCounts.InProgress++
+		case statusCompleted:
+			vs.FileCounts.Completed++
+		case statusFailed:
+			vs.FileCounts.Failed++
+		case statusCancelled:
+			vs.FileCounts.Cancelled++
+		}
+	}
+	vs.Status = statusCompleted
+	if vs.FileCounts.InProgress > 0 {
+		vs.Status = statusInProgress
+	}
+	return vs
+}
+
+type vsCreate struct {
+	Name             *string           `json:"name"`
+	FileIDs          []string          `json:"file_ids"`
+	ExpiresAfter     any               `json:"expires_after"`
+	ChunkingStrategy *ChunkingStrategy `json:"chunking_strategy"`
+	Metadata         map[string]string `json:"metadata"`
+	EmbeddingModel   string            `json:"embedding_model"`
+	Description      string            `json:"description"`
+}
+
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
+			return false
+		}
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid JSON: "+trimJSONErr(err)))
+		return false
+	}
+	return true
+}
+
+func validMetadata(m map[string]string) *contracts.Error {
+	if len(m) > 16 {
+		return contracts.ErrBadRequest("metadata", contracts.CodeInvalidRequest, "Invalid 'metadata': at most 16 keys.")
+	}
+	for k, v := range m {
+		if len(k) > 64 || len(v) > 512 {
+			return contracts.ErrBadRequest("metadata", contracts.CodeInvalidRequest, "Invalid 'metadata': keys up to 64 and values up to 512 characters.")
+		}
+	}
+	return nil
+}
+
+// resolveChunking turns a chunking_strategy into token bounds; auto is
+// OpenAI's 800/400.
+func resolveChunking(c *ChunkingStrategy) (events.Chunking, *contracts.Error) {
+	if c == nil || c.Type == "" || c.Type == "auto" {
+		return events.Chunking{MaxTokens: 800, OverlapTokens: 400}, nil
+	}
+	if c.Type != "static" || c.Static == nil {
+		return events.Chunking{}, contracts.ErrBadRequest("chunking_strategy", contracts.CodeInvalidRequest, "Invalid 'chunking_strategy': type must be auto or static (with 'static').")
+	}
+	ch := events.Chunking{MaxTokens: c.Static.MaxChunkSizeTokens, OverlapTokens: c.Static.ChunkOverlapTokens}
+	if ch.MaxTokens < 100 || ch.MaxTokens > 4096 {
+		return ch, contracts.ErrBadRequest("chunking_strategy.static.max_chunk_size_tokens", contracts.CodeInvalidRequest, "max_chunk_size_tokens must be between 100 and 4096.")
+	}
+	if ch.OverlapTokens < 0 || ch.OverlapTokens > ch.MaxTokens/2 {
+		return ch, contracts.ErrBadRequest("chunking_strategy.static.chunk_overlap_tokens", contracts.CodeInvalidRequest, "chunk_overlap_tokens must be between 0 and half of max_chunk_size_tokens.")
+	}
+	return ch, nil
+}
+
+func strategyOf(ch events.Chunking) ChunkingStrategy {
+	cs := ChunkingStrategy{Type: "static"}
+	cs.Static = &struct {
+		MaxChunkSizeTokens int `json:"max_chunk_size_tokens"`
+		ChunkOverlapTokens int `json:"chunk_overlap_tokens"`
+	}{ch.MaxTokens, ch.OverlapTokens}
+	return cs
+}
+
+func (s *Service) createVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	var req vsCreate
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if e := validMetadata(req.Metadata); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	if req.EmbeddingModel != "" {
+		if _, ok := s.lookupModel(req.EmbeddingModel); !ok {
+			contracts.Write(w, contracts.ErrModelNotFound(req.EmbeddingModel))
+			return
+		}
+		if !k.Allows(req.EmbeddingModel) {
+			contracts.Write(w, contracts.ErrModelNotAllowed(req.EmbeddingModel))
+			return
+		}
+	}
+	chunking, cerr := resolveChunking(req.ChunkingStrategy)
+	if cerr != nil {
+		contracts.Write(w, cerr)
+		return
+	}
+	now := time.Now().Unix()
+	vs := VectorStore{ID: sortableID("vs_"), Object: "vector_store", CreatedAt: now, LastActiveAt: now,
+		Metadata: req.Metadata, ExpiresAfter: req.ExpiresAfter, EmbeddingModel: req.EmbeddingModel, Status: statusCompleted}
+	if vs.Metadata == nil {
+		vs.Metadata = map[string]string{}
+	}
+	if req.Name != nil {
+		vs.Name = *req.Name
+	}
+	if err := kvPut(r.Context(), s.vsKV, vsKey(k.Tenant, vs.ID), vs); err != nil {
+		s.fileError(w, vs.ID, err)
+		return
+	}
+	for _, fid := range req.FileIDs {
+		if _, e := s.attachFile(r.Context(), k, vs, fid, nil, chunking, ""); e != nil {
+			contracts.Write(w, e)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+}
+
+func (s *Service) loadStore(w http.ResponseWriter, r *http.Request, k *registry.Key) (VectorStore, bool) {
+	id := r.PathValue("vs")
+	if !validID("vs_", id) {
+		notFound(w, "vector store", id)
+		return VectorStore{}, false
+	}
+	vs, _, err := kvGet[VectorStore](r.Context(), s.vsKV, vsKey(k.Tenant, id))
+	if err != nil {
+		if errors.Is(err, registry.ErrNotFound) {
+			notFound(w, "vector store", id)
+		} else {
+			s.fileError(w, id, err)
+		}
+		return vs, false
+	}
+	return vs, true
+}
+
+func (s *Service) getVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	if vs, ok := s.loadStore(w, r, k); ok {
+		writeJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+	}
+}
+
+func (s *Service) updateVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	var req vsCreate
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if e := validMetadata(req.Metadata); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	if req.Name != nil {
+		vs.Name = *req.Name
+	}
+	if req.Metadata != nil {
+		vs.Metadata = req.Metadata
+	}
+	if req.ExpiresAfter != nil {
+		vs.ExpiresAfter = req.ExpiresAfter
+	}
+	if err := kvPut(r.Context(), s.vsKV, vsKey(k.Tenant, vs.ID), vs); err != nil {
+		s.fileError(w, vs.ID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+}
+
+func (s *Service) deleteVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	files, _ := kvList[vsFileRecord](r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, "*"))
+	for _, f := range files {
+		s.removeFile(r.Context(), k.Tenant, vs.ID, f.ID)
+	}
+	if err := s.vsKV.Delete(r.Context(), vsKey(k.Tenant, vs.ID)); err != nil {
+		s.fileError(w, vs.ID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": vs.ID, "object": "vector_store.deleted", "deleted": true})
+}
+
+func (s *Service) listVectorStores(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	limit, order, ok := listParams(w, r, 20, 100)
+	if !ok {
+		return
+	}
+	all, err := kvList[VectorStore](r.Context(), s.vsKV, k.Tenant+".*")
+	if err != nil {
+		s.fileError(w, "", err)
+		return
+	}
+	sortByCreated(all, order, func(v VectorStore) (int64, string) { return v.CreatedAt, v.ID })
+	p := pageAfter(all, r.URL.Query().Get("after"), func(v VectorStore) string { return v.ID }, limit)
+	for i := range p.items {
+		p.items[i] = s.storeWithCounts(r.Context(), k.Tenant, p.items[i])
+	}
+	writeJSON(w, http.StatusOK, listPage(p.items, p.more, func(v VectorStore) string { return v.ID }))
+}
+
+func listParams(w http.ResponseWriter, r *http.Request, def, maxLimit int) (int, string, bool) {
+	q := r.URL.Query()
+	limit := def
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			contracts.Write(w, contracts.ErrBadRequest("limit", contracts.CodeInvalidRequest, fmt.Sprintf("Invalid 'limit': expected an integer from 1 to %d.", maxLimit)))
+			return 0, "", false
+		}
+		limit = n
+	}
+	order := q.Get("order")
+	if order == "" {
+		order = "desc"
+	}
+	if order != "asc" && order != "desc" {
+		contracts.Write(w, contracts.ErrBadRequest("order", contracts.CodeInvalidRequest, "Invalid 'order': expected asc or desc."))
+		return 0, "", false
+	}
+	return limit, order, true
+}
+
+func sortByCreated[T any](items []T, order string, key func(T) (int64, string)) {
+	slices.SortFunc(items, func(a, b T) int {
+		ta, ia := key(a)
+		tb, ib := key(b)
+		c := int(ta - tb)
+		if c == 0 {
+			c = strings.Compare(ia, ib)
+		}
+		if order == "desc" {
+			return -c
+		}
+		return c
+	})
+}
+
+// validAttributes checks OpenAI's file attributes: up to 16 keys of at most
+// 64 characters; string (up to 512), number or boolean values.
+func validAttributes(a map[string]any) *contracts.Error {
+	if len(a) > 16 {
+		return contracts.ErrBadRequest("attributes", contracts.CodeInvalidRequest, "Invalid 'attributes': at most 16 keys.")
+	}
+	for k, v := range a {
+		if len(k) == 0 || len(k) > 64 {
+			return contracts.ErrBadRequest("attributes", contracts.CodeInvalidRequest, "Invalid 'attributes': keys must be 1 to 64 characters.")
+		}
+		switch x := v.(type) {
+		case string:
+			if len(x) > 512 {
+				return contracts.ErrBadRequest("attributes", contracts.CodeInvalidRequest, "Invalid 'attributes': string values up to 512 characters.")
+			}
+		case float64, bool:
+		default:
+			return contracts.ErrBadRequest("attributes", contracts.CodeInvalidType, fmt.Sprintf("Invalid 'attributes.%s': expected a string, number or boolean.", k))
+		}
+	}
+	return nil
+}
+
+// attachFile adds a file to a store and requests its ingestion.
+func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStore, fileID string, attrs map[string]any, ch events.Chunking, batchID string) (VectorStoreFile, *contracts.Error) {
+	if e := validAttributes(attrs); e != nil {
+		return VectorStoreFile{}, e
+	}
+	f, err := s.loadFile(ctx, k.Tenant, fileID)
+	if err != nil {
+		return VectorStoreFile{}, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
+			Message: fmt.Sprintf("No such File object: %s", fileID)}
+	}
+	if attrs == nil {
+		attrs = map[string]any{}
+	}
+	rec := vsFileRecord{VectorStoreFile: VectorStoreFile{ID: f.ID, Object: "vector_store.file", UsageBytes: f.Bytes, CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID,
+		Status: statusInProgress, ChunkingStrategy: strategyOf(ch), Attributes: attrs}, BatchID: batchID, ContentSHA256: f.SHA256}
+	if err := kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
+		return VectorStoreFile{}, contracts.ErrInternal("The vector store could not be updated.")
+	}
+	ev := events.DocIngestRequestedV1{DocRef: events.DocRef{Tenant: k.Tenant, StoreID: vs.ID, FileID: f.ID}, ObjectKey: f.ObjectKey,
+		Filename: f.Filename, ContentSHA256: f.SHA256, Chunking: ch, EmbeddingModel: vs.EmbeddingModel, Attributes: attrs, RequestedAt: time.Now().UTC()}
+	env := events.Envelope{ID: "ingest-" + vs.ID + "-" + f.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Source: s.cfg.InstanceID, Tenant: k.Tenant}
+	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIngestRequestedT, events.Token(k.Tenant)), ev, env); err != nil {
+		rec.Status, rec.LastError = statusFailed, &LastError{Code: "server_error", Message: "The ingest request could not be queued."}
+		_ = kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec)
+	}
+	return rec.VectorStoreFile, nil
+}
+
+func (s *Service) addVectorStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	var req struct {
+		FileID           string            `json:"file_id"`
+		Attributes       map[string]any    `json:"attributes"`
+		ChunkingStrategy *ChunkingStrategy `json:"chunking_strategy"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.FileID == "" {
+		contracts.Write(w, contracts.ErrBadRequest("file_id", contracts.CodeMissingParam, "Missing required parameter: 'file_id'."))
+		return
+	}
+	ch, cerr := resolveChunking(req.ChunkingStrategy)
+	if cerr != nil {
+		contracts.Write(w, cerr)
+		return
+	}
+	f, e := s.attachFile(r.Context(), k, vs, req.FileID, req.Attributes, ch, "")
+	if e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *Service) loadStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) (VectorStore, vsFileRecord, bool) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return vs, vsFileRecord{}, false
+	}
+	id := r.PathValue("file")
+	if !validID("file-", id) {
+		notFound(w, "vector store file", id)
+		return vs, vsFileRecord{}, false
+	}
+	rec, _, err := kvGet[vsFileRecord](r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, id))
+	if err != nil {
+		notFound(w, "vector store file", id)
+		return vs, rec, false
+	}
+	return vs, rec, true
+}
+
+func (s *Service) getVectorStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	if _, rec, ok := s.loadStoreFile(w, r, k); ok {
+		writeJSON(w, http.StatusOK, rec.VectorStoreFile)
+	}
+}
+
+func (s *Service) updateVectorStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, rec, ok := s.loadStoreFile(w, r, k)
+	if !ok {
+		return
+	}
+	var req struct {
+		Attributes map[string]any `json:"attributes"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if e := validAttributes(req.Attributes); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	rec.Attributes = req.Attributes
+	if err := kvPut(r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, rec.ID), rec); err != nil {
+		s.fileError(w, rec.ID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.VectorStoreFile)
+}
+
+// removeFile drops a file from a store and tells the document flow to
+// delete its chunks.
+func (s *Service) removeFile(ctx context.Context, tenant, vsID, fileID string) {
+	_ = s.vsFilesKV.Delete(ctx, vsFileKey(tenant, vsID, fileID))
+	ev := events.DocRemovedV1{DocRef: events.DocRef{Tenant: tenant, StoreID: vsID, FileID: fileID}}
+	env := events.Envelope{ID: "remove-" + vsID + "-" + fileID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Source: s.cfg.InstanceID, Tenant: tenant}
+	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsRemovedT, events.Token(tenant)), ev, env); err != nil {
+		s.log.Error("publish file removal", "vector_store_id", vsID, "file_id", fileID, "err", err)
+	}
+}
+
+func (s *Service) deleteVectorStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, rec, ok := s.loadStoreFile(w, r, k)
+	if !ok {
+		return
+	}
+	s.removeFile(r.Context(), k.Tenant, vs.ID, rec.ID)
+	writeJSON(w, http.StatusOK, map[string]any{"id": rec.ID, "object": "vector_store.file.deleted", "deleted": true})
+}
+
+func (s *Service) listVectorStoreFiles(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	limit, order, ok := listParams(w, r, 20, 100)
+	if !ok {
+		return
+	}
+	all, err := kvList[vsFileRecord](r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, "*"))
+	if err != nil {
+		s.fileError(w, "", err)
+		return
+	}
+	filter := r.URL.Query().Get("filter")
+	var files []VectorStoreFile
+	for _, f := range all {
+		if filter == "" || f.Status == filter {
+			files = append(files, f.VectorStoreFile)
+		}
+	}
+	sortByCreated(files, order, func(f VectorStoreFile) (int64, string) { return f.CreatedAt, f.ID })
+	p := pageAfter(files, r.URL.Query().Get("after"), func(f VectorStoreFile) string { return f.ID }, limit)
+	writeJSON(w, http.StatusOK, listPage(p.items, p.more, func(f VectorStoreFile) string { return f.ID }))
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
