@@ -33,6 +33,10 @@ import (
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge"
+	"github.com/aiforge/aiforge/services/embedder"
+	"github.com/aiforge/aiforge/services/ingest"
+	"github.com/aiforge/aiforge/services/retriever"
+	"github.com/aiforge/aiforge/services/retriever/index"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 )
@@ -81,19 +85,22 @@ type module struct {
 
 // modules is the table of everything that can run and what it needs.
 var modules = map[string]module{
-	"bus":     {},
-	"nats":    {deps: []string{"bus"}, build: (*App).buildNATS},
-	"edge":    {deps: []string{"bus"}, build: (*App).buildEdge},
-	"workers": {deps: []string{"bus"}, build: (*App).buildSupervisor},
-	"worker":  {deps: []string{"bus"}, build: (*App).buildWorker},
-	"usage":   {deps: []string{"bus"}, build: (*App).buildUsage},
+	"bus":       {},
+	"nats":      {deps: []string{"bus"}, build: (*App).buildNATS},
+	"edge":      {deps: []string{"bus"}, build: (*App).buildEdge},
+	"workers":   {deps: []string{"bus"}, build: (*App).buildSupervisor},
+	"worker":    {deps: []string{"bus"}, build: (*App).buildWorker},
+	"usage":     {deps: []string{"bus"}, build: (*App).buildUsage},
+	"ingest":    {deps: []string{"bus"}, build: (*App).buildIngest},
+	"embedder":  {deps: []string{"bus"}, build: (*App).buildEmbedder},
+	"retriever": {deps: []string{"bus"}, build: (*App).buildRetriever},
 }
 
 // groups name sets of modules. Modules start in this order (after their
 // dependencies) and stop in reverse: the edge starts last and stops first,
 // so it drains its open streams while the workers still serve them.
 var groups = map[string][]string{
-	"all": {"usage", "workers", "edge"},
+	"all": {"usage", "retriever", "embedder", "ingest", "workers", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.
@@ -466,6 +473,61 @@ func (a *App) buildUsage() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	return u.Run, u.Ready, nil
+}
+
+func (a *App) requireObjects() (objstore.Store, error) {
+	o, err := a.objects()
+	if err == nil && o == nil {
+		err = errors.New("an object store is needed: a data dir or S3")
+	}
+	return o, err
+}
+
+func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := ingest.New(ingest.Config{}, ingest.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Run, nil, nil
+}
+
+func (a *App) buildEmbedder() (func(context.Context) error, func() bool, error) {
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := embedder.New(embedder.Config{}, embedder.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Run, nil, nil
+}
+
+func (a *App) buildRetriever() (func(context.Context) error, func() bool, error) {
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.opts.DataDir == "" {
+		return nil, nil, errors.New("the retriever's embedded index needs a data dir")
+	}
+	idx, err := index.OpenEmbedded(index.EmbeddedConfig{Dir: filepath.Join(a.opts.DataDir, "index"), Logger: a.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := retriever.New(retriever.Config{}, retriever.Deps{NC: a.nc, JS: a.js, Objects: objects, Index: idx, Logger: a.log})
+	if err != nil {
+		_ = idx.Close()
+		return nil, nil, err
+	}
+	return func(ctx context.Context) error {
+		defer func() { _ = idx.Close() }()
+		return s.Run(ctx)
+	}, nil, nil
 }
 
 // Store opens the registry on the process's bus (for in-process tools).

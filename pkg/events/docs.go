@@ -172,3 +172,18 @@ type DocRemovedV1 struct {
 func (DocRemovedV1) EventType() string { return TypeDocRemovedV1 }
 
 func (e DocRemovedV1) Validate() error { return e.DocRef.validate() }
+
+// DocChunk is one line (JSON) of the chunks object a DocChunkedV1 points at,
+// and of the vectors object of a DocEmbeddedV1 (which adds Terms, Length
+// and, with an embedding model, Dense).
+type DocChunk struct {
+	Index       int               `json:"index"`
+	Text        string            `json:"text"`
+	Tokens      int               `json:"tokens"`
+	Pages       []int             `json:"pages,omitempty"`
+	HeadingPath []string          `json:"heading_path,omitempty"`
+	Hash        string            `json:"hash"`
+	Terms       map[string]uint32 `json:"terms,omitempty"`
+	Length      int               `json:"length,omitempty"`
+	Dense       []float32         `json:"dense,omitempty"`
+}

@@ -42,6 +42,9 @@ const (
 	// audits and ledger dumps, answered by the usage service. It lies
 	// outside aiforge.usage.> so the USAGE stream never captures a query.
 	UsageQuery = "aiforge.query.usage.v1"
+	// RetrieverQuery is the core NATS request/reply subject of vector store
+	// searches, answered by the retriever service.
+	RetrieverQuery = "aiforge.query.retriever.v1"
 	// BudgetAll matches every budget alert.
 	BudgetAll = "aiforge.budget.>"
 	// DeadLetterT receives messages a consumer gave up on: stream, durable.

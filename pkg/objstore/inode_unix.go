@@ -11,7 +11,7 @@ import (
 // it describes.
 func inode(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Ino) //nolint:unconvert // Ino is not uint64 everywhere
+		return uint64(st.Ino) // not uint64 on every platform
 	}
 	return 0
 }

@@ -145,7 +145,7 @@ func (l *Local) lock(key string) *sync.Mutex {
 
 // Put implements Store.
 func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) (Info, error) {
-	ct, err := validatePut(key, size, contentType)
+	ct, err := validatePut(key, r, size, contentType)
 	if err != nil {
 		return Info{}, err
 	}

@@ -177,9 +177,12 @@ func normalizeContentType(ct string) (string, error) {
 	return ct, nil
 }
 
-func validatePut(key string, size int64, contentType string) (string, error) {
+func validatePut(key string, r io.Reader, size int64, contentType string) (string, error) {
 	if err := ValidateKey(key); err != nil {
 		return "", err
+	}
+	if r == nil {
+		return "", fmt.Errorf("objstore: put %s: nil reader", quoteKey(key))
 	}
 	if size < -1 {
 		return "", fmt.Errorf("objstore: put %s: invalid size %d (use -1 for unknown)", quoteKey(key), size)

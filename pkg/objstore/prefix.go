@@ -39,9 +39,6 @@ type prefixed struct {
 	err    error
 }
 
-// Prefix reports the prefix this Store adds, for logs.
-func (p *prefixed) Prefix() string { return p.prefix }
-
 func (p *prefixed) full(key string) (string, error) {
 	if p.err != nil {
 		return "", p.err

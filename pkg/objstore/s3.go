@@ -138,6 +138,7 @@ func redactedMark(secret string) string {
 // becomes visible.
 type S3 struct {
 	client   *minio.Client
+	endpoint string
 	bucket   string
 	partSize int64
 	secret   string
@@ -166,6 +167,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	s := &S3{
 		client:   client,
+		endpoint: cfg.Endpoint,
 		bucket:   cfg.Bucket,
 		partSize: cfg.PartSize,
 		secret:   cfg.SecretAccessKey,
@@ -183,7 +185,11 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 func (s *S3) ensureBucket(ctx context.Context, create bool, region string) error {
 	exists, err := s.client.BucketExists(ctx, s.bucket)
 	if err != nil {
-		return s.fail(fmt.Errorf("objstore: s3 check bucket %q: %w", s.bucket, err))
+		hint := ""
+		if minio.ToErrorResponse(err).StatusCode == http.StatusForbidden {
+			hint = " (check AccessKeyID, SecretAccessKey and the bucket's policy)"
+		}
+		return s.fail(fmt.Errorf("objstore: s3 check bucket %q at %s%s: %w", s.bucket, s.endpoint, hint, err))
 	}
 	if exists {
 		return nil
@@ -269,7 +275,7 @@ func (c *hashCounter) Write(p []byte) (int, error) {
 
 // Put implements Store.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) (Info, error) {
-	ct, err := validatePut(key, size, contentType)
+	ct, err := validatePut(key, r, size, contentType)
 	if err != nil {
 		return Info{}, err
 	}
@@ -284,11 +290,12 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, conte
 	if size < 0 || size <= s.partSize {
 		// Buffer up to one part: most documents and batch files fit, and
 		// then one PUT carries the hash.
-		limit := s.partSize + 1
+		limit, capacity := s.partSize+1, int64(64<<10)
 		if size >= 0 {
 			limit = size + 1 // the exact reader reports a longer body itself
+			capacity = limit
 		}
-		buf := bytes.NewBuffer(make([]byte, 0, min(limit, 1<<20)))
+		buf := bytes.NewBuffer(make([]byte, 0, capacity))
 		if _, err := buf.ReadFrom(io.LimitReader(body, limit)); err != nil {
 			return Info{}, s.fail(putError("s3 put", key, err, src))
 		}
@@ -409,23 +416,21 @@ func (s *S3) Stat(ctx context.Context, key string) (Info, error) {
 }
 
 // Get implements Store. The body is read over ctx: cancelling it stops the
-// transfer.
+// transfer. A read error mid-body is returned by Read, never a short body
+// passed off as whole.
 func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
 	if err := s.checkKey(key); err != nil {
 		return nil, Info{}, err
 	}
-	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	// One GET: the info comes from the headers of the very response whose
+	// body is returned, so a concurrent overwrite cannot mix versions.
+	// (minio.Client.GetObject sends a HEAD first and then a conditional GET,
+	// which fails with PreconditionFailed when the object changes between.)
+	body, oi, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return nil, Info{}, s.opError("get", key, err)
 	}
-	// Stat sends the GET and returns its headers, so the info describes
-	// exactly the body that follows.
-	oi, err := obj.Stat()
-	if err != nil {
-		_ = obj.Close()
-		return nil, Info{}, s.opError("get", key, err)
-	}
-	return obj, infoFromObject(key, oi), nil
+	return body, infoFromObject(key, oi), nil
 }
 
 // Delete implements Store.

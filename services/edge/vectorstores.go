@@ -104,6 +104,7 @@ func (s *Service) vectorStoreRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.getVectorStoreFile))
 	mux.HandleFunc("POST /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.updateVectorStoreFile))
 	mux.HandleFunc("DELETE /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.deleteVectorStoreFile))
+	mux.HandleFunc("POST /v1/vector_stores/{vs}/search", s.tenantAPI(s.searchVectorStore))
 }
 
 func vsKey(tenant, vs string) string           { return tenant + "." + vs }
@@ -597,4 +598,142 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// searchRequest is OpenAI's vector store search body.
+type searchRequest struct {
+	Query          json.RawMessage `json:"query"`
+	Filters        json.RawMessage `json:"filters"`
+	MaxNumResults  *int            `json:"max_num_results"`
+	RankingOptions *struct {
+		Ranker         string   `json:"ranker"`
+		ScoreThreshold *float64 `json:"score_threshold"`
+	} `json:"ranking_options"`
+	RewriteQuery bool `json:"rewrite_query"`
+}
+
+type searchResult struct {
+	FileID     string           `json:"file_id"`
+	Filename   string           `json:"filename"`
+	Score      float64          `json:"score"`
+	Attributes map[string]any   `json:"attributes"`
+	Content    []map[string]any `json:"content"`
+}
+
+// retrieverHit mirrors the retriever's SearchHit.
+type retrieverHit struct {
+	StoreID     string         `json:"vector_store_id"`
+	FileID      string         `json:"file_id"`
+	ChunkIndex  int            `json:"chunk_index"`
+	Score       float64        `json:"score"`
+	Text        string         `json:"text"`
+	Pages       []int          `json:"pages"`
+	HeadingPath []string       `json:"heading_path"`
+	Attributes  map[string]any `json:"attributes"`
+}
+
+// searchStores asks the retriever and returns OpenAI-shaped results; pages
+// and heading paths (aiforge's additions) ride in the attributes.
+func (s *Service) searchStores(ctx context.Context, tenant string, stores []VectorStore, queries []string, filters json.RawMessage, limit int, threshold float64) ([]searchResult, *contracts.Error) {
+	ids := make([]string, len(stores))
+	model := ""
+	for i, vs := range stores {
+		ids[i] = vs.ID
+		if vs.EmbeddingModel != "" {
+			model = vs.EmbeddingModel
+		}
+	}
+	req := map[string]any{"tenant": tenant, "vector_store_ids": ids, "queries": queries, "limit": limit, "score_threshold": threshold, "embedding_model": model}
+	if len(filters) > 0 && string(filters) != "null" {
+		req["filter"] = filters
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msg, err := s.deps.NC.RequestWithContext(ctx, events.RetrieverQuery, body)
+	if err != nil {
+		return nil, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeNoWorker, Message: "The retriever is not available."}
+	}
+	var reply struct {
+		Hits  []retrieverHit `json:"hits"`
+		Error *struct {
+			Status  int    `json:"status"`
+			Message string `json:"message"`
+			Param   string `json:"param"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return nil, contracts.ErrInternal("The retriever answered badly.")
+	}
+	if reply.Error != nil {
+		if reply.Error.Status == http.StatusBadRequest {
+			return nil, contracts.ErrBadRequest(reply.Error.Param, contracts.CodeInvalidRequest, reply.Error.Message)
+		}
+		return nil, contracts.ErrEngine(reply.Error.Message)
+	}
+	names := map[string]string{}
+	out := make([]searchResult, 0, len(reply.Hits))
+	for _, h := range reply.Hits {
+		name, ok := names[h.FileID]
+		if !ok {
+			if f, err := s.loadFile(ctx, tenant, h.FileID); err == nil {
+				name = f.Filename
+			}
+			names[h.FileID] = name
+		}
+		attrs := map[string]any{}
+		for k, v := range h.Attributes {
+			attrs[k] = v
+		}
+		if len(h.Pages) > 0 {
+			attrs["page"] = h.Pages[0]
+			if len(h.Pages) > 1 {
+				attrs["pages"] = h.Pages
+			}
+		}
+		if len(h.HeadingPath) > 0 {
+			attrs["heading_path"] = strings.Join(h.HeadingPath, " > ")
+		}
+		out = append(out, searchResult{FileID: h.FileID, Filename: name, Score: h.Score, Attributes: attrs,
+			Content: []map[string]any{{"type": "text", "text": h.Text}}})
+	}
+	return out, nil
+}
+
+func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	var req searchRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	var queries []string
+	var one string
+	if json.Unmarshal(req.Query, &one) == nil && one != "" {
+		queries = []string{one}
+	} else if json.Unmarshal(req.Query, &queries) != nil || len(queries) == 0 {
+		contracts.Write(w, contracts.ErrBadRequest("query", contracts.CodeMissingParam, "Missing required parameter: 'query' (a string or an array of strings)."))
+		return
+	}
+	limit := 10
+	if req.MaxNumResults != nil {
+		if *req.MaxNumResults < 1 || *req.MaxNumResults > 50 {
+			contracts.Write(w, contracts.ErrBadRequest("max_num_results", contracts.CodeInvalidRequest, "Invalid 'max_num_results': expected 1 to 50."))
+			return
+		}
+		limit = *req.MaxNumResults
+	}
+	threshold := 0.0
+	if req.RankingOptions != nil && req.RankingOptions.ScoreThreshold != nil {
+		threshold = *req.RankingOptions.ScoreThreshold
+	}
+	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, threshold)
+	if e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "vector_store.search_results.page", "search_query": queries,
+		"data": results, "has_more": false, "next_page": nil})
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"ContentType", testContentType},
 		{"WithPrefix", testWithPrefix},
 		{"ConcurrentPuts", testConcurrentPuts},
+		{"ConcurrentOverwrite", testConcurrentOverwrite},
 		{"FailedPut", testFailedPut},
 		{"SizeMismatch", testSizeMismatch},
 		{"Cancelled", testCancelled},
@@ -106,20 +107,6 @@ func put(t *testing.T, s objstore.Store, key string, data []byte, size int64, ct
 	return info
 }
 
-func get(t *testing.T, s objstore.Store, key string) ([]byte, objstore.Info) {
-	t.Helper()
-	rc, info, err := s.Get(t.Context(), key)
-	if err != nil {
-		t.Fatalf("Get(%q): %v", key, err)
-	}
-	defer func() { _ = rc.Close() }()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatalf("Get(%q): read body: %v", key, err)
-	}
-	return data, info
-}
-
 func stat(t *testing.T, s objstore.Store, key string) objstore.Info {
 	t.Helper()
 	info, err := s.Stat(t.Context(), key)
@@ -155,12 +142,46 @@ func checkInfo(t *testing.T, what string, got objstore.Info, key string, data []
 
 func checkObject(t *testing.T, s objstore.Store, key string, data []byte, ct string) {
 	t.Helper()
-	body, info := get(t, s, key)
-	if !bytes.Equal(body, data) {
-		t.Fatalf("Get(%q): body of %d bytes (sha256 %s) differs from the %d bytes put (sha256 %s)", key, len(body), sum(body), len(data), sum(data))
+	rc, info, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	// Compare while streaming: no second copy of a large body.
+	cmp := &compareWriter{want: data, diff: -1}
+	_, err = io.CopyBuffer(cmp, rc, make([]byte, 256<<10))
+	_ = rc.Close()
+	if err != nil {
+		t.Fatalf("Get(%q): read body: %v", key, err)
+	}
+	if cmp.diff >= 0 || cmp.n != len(data) {
+		t.Fatalf("Get(%q): body of %d bytes differs from the %d bytes put (first difference at byte %d)", key, cmp.n, len(data), cmp.diff)
 	}
 	checkInfo(t, "Get("+key+")", info, key, data, ct)
 	checkInfo(t, "Stat("+key+")", stat(t, s, key), key, data, ct)
+}
+
+// compareWriter checks what is written against want.
+type compareWriter struct {
+	want []byte
+	n    int
+	diff int
+}
+
+func (c *compareWriter) Write(p []byte) (int, error) {
+	if c.diff < 0 {
+		rest := c.want[min(c.n, len(c.want)):]
+		k := min(len(p), len(rest))
+		if !bytes.Equal(p[:k], rest[:k]) || k < len(p) {
+			for i := range len(p) {
+				if i >= len(rest) || p[i] != rest[i] {
+					c.diff = c.n + i
+					break
+				}
+			}
+		}
+	}
+	c.n += len(p)
+	return len(p), nil
 }
 
 func wantNotFound(t *testing.T, s objstore.Store, key string) {
@@ -284,7 +305,7 @@ func testNotFound(t *testing.T, s objstore.Store) {
 	wantNotFound(t, s, "nope")
 	wantNotFound(t, s, "no/such/dir/key")
 	put(t, s, "dir/file", []byte("x"), 1, "text/plain")
-	wantNotFound(t, s, "dir")      // a prefix is not an object
+	wantNotFound(t, s, "dir")            // a prefix is not an object
 	wantNotFound(t, s, "dir/file/below") // nor is anything below an object
 	wantNotFound(t, s, "dir/fil")
 }
@@ -515,16 +536,63 @@ func testConcurrentPuts(t *testing.T, s objstore.Store) {
 	wantKeys(t, s, "conc/", want)
 }
 
+// testConcurrentOverwrite races writers (and readers) on one key: the
+// survivor must be one whole body whose info matches it.
+func testConcurrentOverwrite(t *testing.T, s objstore.Store) {
+	const n = 8
+	bodies := map[string][]byte{}
+	var wg sync.WaitGroup
+	for i := range n {
+		body := Data(uint64(200+i), 50_000+i*1000)
+		bodies[sum(body)] = body
+		wg.Go(func() {
+			if _, err := s.Put(t.Context(), "race/key", bytes.NewReader(body), int64(len(body)), fmt.Sprintf("application/x-v%d", i)); err != nil {
+				t.Errorf("Put %d: %v", i, err)
+			}
+		})
+		wg.Go(func() {
+			rc, info, err := s.Get(t.Context(), "race/key")
+			if errors.Is(err, objstore.ErrNotFound) {
+				return
+			}
+			if err != nil {
+				t.Errorf("Get during writes: %v", err)
+				return
+			}
+			defer func() { _ = rc.Close() }()
+			h := sha256.New()
+			if _, err := io.Copy(h, rc); err != nil {
+				t.Errorf("Get during writes: read: %v", err)
+				return
+			}
+			if got := hex.EncodeToString(h.Sum(nil)); got != info.SHA256 {
+				t.Errorf("Get during writes: body sha256 %s, info says %s", got, info.SHA256)
+			}
+		})
+	}
+	wg.Wait()
+	info := stat(t, s, "race/key")
+	body, ok := bodies[info.SHA256]
+	if !ok {
+		t.Fatalf("survivor's sha256 %s matches no body written", info.SHA256)
+	}
+	var i int
+	if _, err := fmt.Sscanf(info.ContentType, "application/x-v%d", &i); err != nil || sum(Data(uint64(200+i), 50_000+i*1000)) != info.SHA256 {
+		t.Errorf("content type %q belongs to another body than sha256 %s", info.ContentType, info.SHA256)
+	}
+	checkObject(t, s, "race/key", body, info.ContentType)
+}
+
 func testFailedPut(t *testing.T, s objstore.Store) {
 	ctx := t.Context()
-	big := Data(5, 12<<20)
+	big := Data(5, 8<<20)
 	cases := []struct {
 		name   string
 		failAt int
 		size   int64
 	}{
 		{"small-unknown-size", 1000, -1},
-		{"large-unknown-size", 11 << 20, -1},
+		{"large-unknown-size", 7 << 20, -1},
 		{"large-known-size", 6 << 20, int64(len(big))},
 	}
 	for _, c := range cases {
@@ -538,7 +606,7 @@ func testFailedPut(t *testing.T, s objstore.Store) {
 	wantKeys(t, s, "", nil)
 
 	// A failed overwrite keeps the old object whole.
-	old := Data(6, 9<<20)
+	old := Data(6, 6<<20)
 	put(t, s, "fail/keep", old, int64(len(old)), "application/x-old")
 	for _, c := range cases {
 		if _, err := s.Put(ctx, "fail/keep", &failingReader{data: big, n: c.failAt}, c.size, "text/plain"); !errors.Is(err, errBoom) {
@@ -596,11 +664,11 @@ func testCancelled(t *testing.T, s objstore.Store) {
 	}
 	wantNotFound(t, s, "cancel/before")
 
-	data := Data(8, 12<<20)
+	data := Data(8, 8<<20)
 	for _, size := range []int64{-1, int64(len(data))} {
 		ctx, cancel := context.WithCancel(t.Context())
 		key := fmt.Sprintf("cancel/during%d", size)
-		_, err := s.Put(ctx, key, &cancelReader{r: bytes.NewReader(data), n: 7 << 20, cancel: cancel}, size, "text/plain")
+		_, err := s.Put(ctx, key, &cancelReader{r: bytes.NewReader(data), n: 6 << 20, cancel: cancel}, size, "text/plain")
 		cancel()
 		if err == nil {
 			t.Errorf("Put (size %d) cancelled midway succeeded", size)

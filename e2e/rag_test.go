@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/aiforge/aiforge/pkg/enginesim"
+)
+
+const guide = `# Device guide
+
+## Installation
+
+Unpack the router and place it near a power outlet. Plug the power cable into the back.
+Keep the box: it has the serial number, which support asks for. Mount the router on a wall
+with the two screws supplied, or stand it upright on a shelf away from metal objects and
+microwave ovens, which weaken the signal. Wait two minutes for the lights to turn steady green.
+
+## Connecting devices
+
+To connect a laptop or a phone, open the wireless settings, choose the network printed on the label
+and type the password. Wired devices connect through the yellow ports. Up to thirty devices
+can be connected at the same time; printers and televisions work the same way. A second network
+for guests can be switched on in the app, so that visitors never see your own devices.
+
+## Troubleshooting
+
+If the lights blink red, the router is overheating: switch it off and let it cool for ten minutes.
+If the lights blink orange, the cable from the wall is loose or the line is down; call your
+provider. A reset to factory settings takes a paper clip pressed into the hole for ten seconds,
+and erases the password and every setting you made.
+`
+
+// TestDocumentsToSearch: a Markdown file goes through ingest, embedder and
+// retriever with no embedding engine, and keyword search finds a
+// paraphrased question, with the heading path; with an embedding model the
+// store gets dense vectors from the workers too.
+func TestDocumentsToSearch(t *testing.T) {
+	_, base := sim(t, enginesim.Config{Models: []string{"embed-up"}, EmbeddingDims: 16})
+	s := startStack(t, stackOpts{})
+	key, _ := s.tenantKey("acme")
+	other, _ := s.tenantKey("globex")
+	s.register("embedder", base, "embed-up")
+	ctx := context.Background()
+	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"", "embedder"} {
+		params := openai.VectorStoreNewParams{Name: openai.String("support " + model)}
+		opts := []option.RequestOption{}
+		if model != "" {
+			opts = append(opts, option.WithJSONSet("embedding_model", model))
+		}
+		vs, err := client.VectorStores.New(ctx, params, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.VectorStores.Files.New(ctx, vs.ID, openai.VectorStoreFileNewParams{FileID: file.ID,
+			ChunkingStrategy: openai.FileChunkingStrategyParamUnion{OfStatic: &openai.StaticFileChunkingStrategyObjectParam{
+				Static: openai.StaticFileChunkingStrategyParam{MaxChunkSizeTokens: 100, ChunkOverlapTokens: 0}}},
+			Attributes: map[string]openai.VectorStoreFileNewParamsAttributeUnion{"product": {OfString: openai.String("router")}}}); err != nil {
+			t.Fatal(err)
+		}
+		var last *openai.VectorStoreFile
+		eventually(t, 20*time.Second, func() bool {
+			last, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+			return err == nil && last.Status != openai.VectorStoreFileStatusInProgress
+		}, "file processed")
+		if last.Status != openai.VectorStoreFileStatusCompleted {
+			t.Fatalf("store %q: file %s: %+v", model, last.Status, last.LastError)
+		}
+		page, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{
+			Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("How do I connect my phone?")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Data) == 0 {
+			t.Fatalf("store %q: no results", model)
+		}
+		top := page.Data[0]
+		if top.FileID != file.ID || top.Filename != "guide.md" || !strings.Contains(top.Content[0].Text, "wireless settings") {
+			t.Fatalf("store %q: top result %+v", model, top)
+		}
+		if top.Attributes["product"].OfString != "router" || !strings.Contains(top.Attributes["heading_path"].OfString, "Connecting devices") {
+			t.Fatalf("store %q: attributes %+v", model, top.Attributes)
+		}
+		// A filter that excludes the file leaves nothing.
+		page, err = client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{
+			Query:   openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("connect phone")},
+			Filters: openai.VectorStoreSearchParamsFiltersUnion{OfComparisonFilter: &openai.ComparisonFilterParam{Key: "product", Type: openai.ComparisonFilterTypeNe, Value: openai.ComparisonFilterValueUnionParam{OfString: openai.String("router")}}},
+		})
+		if err != nil || len(page.Data) != 0 {
+			t.Fatalf("store %q: filtered search: %v %d results", model, err, len(page.Data))
+		}
+		// Another tenant cannot search the store.
+		oc := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(other), option.WithMaxRetries(0))
+		if _, err := oc.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("connect")}}); err == nil {
+			t.Fatalf("store %q: another tenant searched it", model)
+		}
+		// Removing the file removes its chunks.
+		if _, err := client.VectorStores.Files.Delete(ctx, vs.ID, file.ID); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() bool {
+			p, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("connect phone")}})
+			return err == nil && len(p.Data) == 0
+		}, "chunks removed")
+	}
+}

@@ -1,0 +1,20 @@
+//go:build amd64 && !purego
+
+package index
+
+import "golang.org/x/sys/cpu"
+
+// hasAVX2FMA is a property of the machine, fixed for the life of the process.
+var hasAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func dotAVX2(a, b *float32, n int) float32
+
+// dot returns the inner product of two equally long vectors (unit vectors: the cosine similarity).
+func dot(a, b []float32) float32 {
+	if hasAVX2FMA && len(a) > 0 {
+		b = b[:len(a)]
+		return dotAVX2(&a[0], &b[0], len(a))
+	}
+	return dotGeneric(a, b)
+}

@@ -1,0 +1,818 @@
+package index
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// EmbeddedConfig configures the embedded index.
+type EmbeddedConfig struct {
+	// Dir holds the write-ahead log and the snapshot; created if missing. One process at a time (flock).
+	Dir string
+	// Dim fixes the dense dimension; 0 lets the first stored vector decide (the choice is persisted).
+	Dim  int
+	HNSW HNSWConfig
+	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB). Bigger means fewer snapshot pauses
+	// for writers but a longer replay after a crash (replay re-inserts into the graph).
+	SnapshotBytes int64
+	// ExactSearchMax: a dense search whose candidate set (the tenant, or the chunks its filter admits) has at most
+	// this many chunks is answered by exact brute force instead of the graph (default 2048).
+	ExactSearchMax int
+	// Seed seeds the HNSW level generator (0: random). Tests set it for reproducible graphs.
+	Seed   uint64
+	Logger *slog.Logger
+}
+
+func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
+	c.HNSW = c.HNSW.withDefaults()
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = 64 << 20
+	}
+	if c.ExactSearchMax == 0 {
+		c.ExactSearchMax = 2048
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports configuration errors.
+func (c EmbeddedConfig) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("embedded index: Dir is required"))
+	}
+	if c.Dim < 0 || c.Dim > 1<<16 {
+		errs = append(errs, fmt.Errorf("embedded index: Dim %d out of range 0-65536", c.Dim))
+	}
+	if c.SnapshotBytes < 0 {
+		errs = append(errs, fmt.Errorf("embedded index: SnapshotBytes %d is negative", c.SnapshotBytes))
+	}
+	if c.ExactSearchMax < 0 {
+		errs = append(errs, fmt.Errorf("embedded index: ExactSearchMax %d is negative", c.ExactSearchMax))
+	}
+	if err := c.HNSW.withDefaults().validate(); err != nil {
+		errs = append(errs, fmt.Errorf("embedded index: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Embedded is the in-process index: per-tenant HNSW graphs (dense), per-tenant inverted indexes (BM25) and
+// attribute filters, persisted in Dir as a write-ahead log plus periodic snapshots.
+//
+// Every mutation is appended to the WAL and fsync'd before it is applied and acknowledged; a crash loses at most
+// the batch being written, and a torn record at the end of the WAL is cut off on the next open.
+type Embedded struct {
+	cfg EmbeddedConfig
+	log *slog.Logger
+
+	writeMu sync.Mutex // serialises mutations, snapshots and Close
+	wal     *walWriter // nil once closed
+	broken  error      // set when the WAL is in an unknown state; all writes fail after it
+	dirLock interface{ Close() error }
+
+	mu      sync.RWMutex // guards the state below
+	closed  bool
+	dim     int
+	tenants map[string]*tenant
+	rng     *rand.Rand // graph seeds
+
+	accPool sync.Pool // *accumulator for BM25 scoring
+}
+
+var _ Index = (*Embedded)(nil)
+
+type tenant struct {
+	docs     []*doc            // by doc number; nil once deleted (numbers are not reused until the next open)
+	byID     map[string]uint32 // chunk id → doc number
+	stores   map[string]*storeDocs
+	live     int
+	totalLen int64
+	termIdx  map[string]int32
+	terms    []termPostings
+	graph    *hnsw
+	deadDocs int // nil entries in docs
+}
+
+type storeDocs struct {
+	files map[string]map[uint32]struct{}
+	count int
+}
+
+type doc struct {
+	c    Chunk // prepared; Dense nil
+	node int32 // graph node, -1 without a vector
+}
+
+type posting struct {
+	doc uint32
+	tf  uint32
+}
+
+type termPostings struct {
+	post  []posting
+	df    int64 // live documents containing the term
+	stale int   // postings whose document is gone
+}
+
+// OpenEmbedded opens (or creates) the index in cfg.Dir, loading the snapshot and replaying the WAL.
+func OpenEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	e := &Embedded{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "index.embedded", "dir", cfg.Dir),
+		dim:     cfg.Dim,
+		tenants: make(map[string]*tenant),
+		rng:     rand.New(rand.NewPCG(seed, seed>>1|1)),
+	}
+	if err := e.open(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Embedded) newTenant() *tenant {
+	return &tenant{
+		byID:    make(map[string]uint32),
+		stores:  make(map[string]*storeDocs),
+		termIdx: make(map[string]int32),
+	}
+}
+
+func (e *Embedded) newGraph() *hnsw {
+	return newHNSW(e.dim, e.cfg.HNSW, e.rng.Uint64())
+}
+
+// Upsert implements Index.
+func (e *Embedded) Upsert(ctx context.Context, chunks []Chunk) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	if err := e.writable(); err != nil {
+		return err
+	}
+	prepared, err := prepareChunks(chunks, e.currentDim())
+	if err != nil {
+		return err
+	}
+	var enc encoder
+	enc.byte(walUpsert)
+	enc.uvarint(uint64(len(prepared)))
+	for i := range prepared {
+		enc.chunk(&prepared[i], true)
+	}
+	if err := e.appendWAL(enc.buf); err != nil {
+		return err
+	}
+	e.applyUpsert(prepared)
+	return e.maybeSnapshot()
+}
+
+// DeleteFile implements Index.
+func (e *Embedded) DeleteFile(ctx context.Context, tenantID, storeID, fileID string) error {
+	return e.delete(ctx, walDeleteFile, tenantID, storeID, fileID)
+}
+
+// DeleteStore implements Index.
+func (e *Embedded) DeleteStore(ctx context.Context, tenantID, storeID string) error {
+	return e.delete(ctx, walDeleteStore, tenantID, storeID, "")
+}
+
+func (e *Embedded) delete(ctx context.Context, op byte, tenantID, storeID, fileID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	errs := []error{validName("tenant", tenantID), validName("store id", storeID)}
+	if op == walDeleteFile {
+		errs = append(errs, validName("file id", fileID))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	if err := e.writable(); err != nil {
+		return err
+	}
+	e.mu.RLock()
+	n := e.countMatching(tenantID, storeID, fileID)
+	e.mu.RUnlock()
+	if n == 0 {
+		return nil // nothing to log
+	}
+	var enc encoder
+	enc.byte(op)
+	enc.str(tenantID)
+	enc.str(storeID)
+	if op == walDeleteFile {
+		enc.str(fileID)
+	}
+	if err := e.appendWAL(enc.buf); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.applyDelete(tenantID, storeID, fileID)
+	e.mu.Unlock()
+	return e.maybeSnapshot()
+}
+
+func (e *Embedded) countMatching(tenantID, storeID, fileID string) int {
+	t := e.tenants[tenantID]
+	if t == nil {
+		return 0
+	}
+	s := t.stores[storeID]
+	if s == nil {
+		return 0
+	}
+	if fileID == "" {
+		return s.count
+	}
+	return len(s.files[fileID])
+}
+
+// Count implements Index.
+func (e *Embedded) Count(ctx context.Context, tenantID, storeID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := validName("tenant", tenantID); err != nil {
+		return 0, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return 0, ErrClosed
+	}
+	t := e.tenants[tenantID]
+	switch {
+	case t == nil:
+		return 0, nil
+	case storeID == "":
+		return t.live, nil
+	case t.stores[storeID] == nil:
+		return 0, nil
+	}
+	return t.stores[storeID].count, nil
+}
+
+func (e *Embedded) currentDim() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.dim
+}
+
+func (e *Embedded) writable() error {
+	if e.wal == nil {
+		return ErrClosed
+	}
+	if e.broken != nil {
+		return fmt.Errorf("embedded index is read-only after a failed write (reopen to recover): %w", e.broken)
+	}
+	return nil
+}
+
+// applyBatch bounds how long one mutation holds the state lock, so searches interleave with a large upsert.
+const applyBatch = 128
+
+// applyUpsert applies prepared chunks, releasing the state lock between sub-batches.
+func (e *Embedded) applyUpsert(chunks []Chunk) {
+	for start := 0; start < len(chunks); start += applyBatch {
+		part := chunks[start:min(len(chunks), start+applyBatch)]
+		e.mu.Lock()
+		if e.dim == 0 {
+			for i := range part {
+				if part[i].Dense != nil {
+					e.dim = len(part[i].Dense)
+					break
+				}
+			}
+		}
+		byTenant := make(map[string][]*Chunk)
+		var order []string
+		for i := range part {
+			c := &part[i]
+			if _, ok := byTenant[c.Tenant]; !ok {
+				order = append(order, c.Tenant)
+			}
+			byTenant[c.Tenant] = append(byTenant[c.Tenant], c)
+		}
+		for _, name := range order {
+			t := e.tenants[name]
+			if t == nil {
+				t = e.newTenant()
+				e.tenants[name] = t
+			}
+			e.upsertTenant(t, byTenant[name])
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *Embedded) upsertTenant(t *tenant, chunks []*Chunk) {
+	vacuum := false
+	for _, c := range chunks {
+		if num, ok := t.byID[c.ID]; ok {
+			vacuum = t.removeDoc(num) || vacuum
+		}
+	}
+	var vecs [][]float32
+	var labels []uint32
+	for _, c := range chunks {
+		num := uint32(len(t.docs))
+		d := &doc{c: *c, node: -1}
+		d.c.Dense = nil
+		t.docs = append(t.docs, d)
+		t.byID[c.ID] = num
+		s := t.stores[c.StoreID]
+		if s == nil {
+			s = &storeDocs{files: make(map[string]map[uint32]struct{})}
+			t.stores[c.StoreID] = s
+		}
+		f := s.files[c.FileID]
+		if f == nil {
+			f = make(map[uint32]struct{})
+			s.files[c.FileID] = f
+		}
+		f[num] = struct{}{}
+		s.count++
+		t.live++
+		t.totalLen += int64(c.Length)
+		for term, tf := range c.Terms {
+			idx, ok := t.termIdx[term]
+			if !ok {
+				idx = int32(len(t.terms))
+				t.termIdx[term] = idx
+				t.terms = append(t.terms, termPostings{})
+			}
+			tp := &t.terms[idx]
+			tp.post = append(tp.post, posting{doc: num, tf: tf})
+			tp.df++
+		}
+		if c.Dense != nil {
+			vecs = append(vecs, c.Dense)
+			labels = append(labels, num)
+		}
+	}
+	if len(vecs) > 0 {
+		if t.graph == nil {
+			t.graph = e.newGraph()
+		}
+		ids := t.graph.add(vecs, labels)
+		for i, id := range ids {
+			t.docs[labels[i]].node = id
+		}
+	}
+	if vacuum && t.graph != nil {
+		t.graph.vacuum()
+	}
+	t.maybeCompact()
+}
+
+// removeDoc deletes doc num from every structure; it reports whether the graph wants a vacuum.
+func (t *tenant) removeDoc(num uint32) bool {
+	d := t.docs[num]
+	if d == nil {
+		return false
+	}
+	t.docs[num] = nil
+	t.deadDocs++
+	delete(t.byID, d.c.ID)
+	if s := t.stores[d.c.StoreID]; s != nil {
+		if f := s.files[d.c.FileID]; f != nil {
+			delete(f, num)
+			if len(f) == 0 {
+				delete(s.files, d.c.FileID)
+			}
+		}
+		s.count--
+		if s.count == 0 {
+			delete(t.stores, d.c.StoreID)
+		}
+	}
+	t.live--
+	t.totalLen -= int64(d.c.Length)
+	for term := range d.c.Terms {
+		idx, ok := t.termIdx[term]
+		if !ok {
+			continue
+		}
+		tp := &t.terms[idx]
+		tp.df--
+		tp.stale++
+		if tp.stale >= 16 && tp.stale*2 > len(tp.post) {
+			tp.post = slices.DeleteFunc(tp.post, func(p posting) bool { return t.docs[p.doc] == nil })
+			tp.stale = 0
+		}
+	}
+	if d.node >= 0 && t.graph != nil {
+		return t.graph.remove(d.node)
+	}
+	return false
+}
+
+// maybeCompact renumbers documents once more than half of the numbers belong to deleted documents.
+func (t *tenant) maybeCompact() {
+	if t.deadDocs < 1024 || t.deadDocs*2 < len(t.docs) {
+		return
+	}
+	remap := make([]uint32, len(t.docs))
+	docs := make([]*doc, 0, t.live)
+	for num, d := range t.docs {
+		if d != nil {
+			remap[num] = uint32(len(docs))
+			docs = append(docs, d)
+		}
+	}
+	for id, num := range t.byID {
+		t.byID[id] = remap[num]
+	}
+	for _, s := range t.stores {
+		for fid, f := range s.files {
+			nf := make(map[uint32]struct{}, len(f))
+			for num := range f {
+				nf[remap[num]] = struct{}{}
+			}
+			s.files[fid] = nf
+		}
+	}
+	for i := range t.terms {
+		tp := &t.terms[i]
+		out := tp.post[:0]
+		for _, p := range tp.post {
+			if t.docs[p.doc] != nil {
+				out = append(out, posting{doc: remap[p.doc], tf: p.tf})
+			}
+		}
+		tp.post, tp.stale = out, 0
+	}
+	if g := t.graph; g != nil {
+		for n := range g.nodes() {
+			if g.state[n] == nodeLive {
+				g.labels[n] = remap[g.labels[n]]
+			}
+		}
+	}
+	t.docs, t.deadDocs = docs, 0
+}
+
+func (e *Embedded) applyDelete(tenantID, storeID, fileID string) {
+	t := e.tenants[tenantID]
+	if t == nil {
+		return
+	}
+	s := t.stores[storeID]
+	if s == nil {
+		return
+	}
+	var nums []uint32
+	for fid, f := range s.files {
+		if fileID != "" && fid != fileID {
+			continue
+		}
+		for num := range f {
+			nums = append(nums, num)
+		}
+	}
+	vacuum := false
+	for _, num := range nums {
+		vacuum = t.removeDoc(num) || vacuum
+	}
+	if t.live == 0 {
+		delete(e.tenants, tenantID)
+		return
+	}
+	if vacuum && t.graph != nil {
+		t.graph.vacuum()
+	}
+	t.maybeCompact()
+}
+
+// Search implements Index.
+func (e *Embedded) Search(ctx context.Context, q Query) ([]Hit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	p, err := prepareQuery(q, e.dim)
+	if err != nil {
+		return nil, err
+	}
+	t := e.tenants[p.Tenant]
+	if t == nil {
+		return []Hit{}, nil
+	}
+	tie := func(a, b uint32) int { return strings.Compare(t.docs[a].c.ID, t.docs[b].c.ID) }
+	var lists [][]ranked[uint32]
+	if p.useDense {
+		lists = append(lists, e.denseSearch(t, &p, tie))
+	}
+	if p.useSparse {
+		lists = append(lists, e.sparseSearch(t, &p, tie))
+	}
+	var final []ranked[uint32]
+	if p.fused() {
+		final = rrfFuse(lists, p.Limit, tie)
+	} else {
+		final = lists[0]
+		if len(final) > p.Limit {
+			final = final[:p.Limit]
+		}
+	}
+	hits := make([]Hit, 0, len(final))
+	for _, r := range final {
+		if !p.passes(r.score) {
+			continue
+		}
+		hits = append(hits, Hit{Chunk: publicChunk(&t.docs[r.key].c), Score: r.score})
+	}
+	return hits, nil
+}
+
+// admits is the store and attribute filter of a query.
+func (t *tenant) admits(p *preparedQuery, num uint32) bool {
+	d := t.docs[num]
+	if d == nil {
+		return false
+	}
+	if p.stores != nil && !p.stores[d.c.StoreID] {
+		return false
+	}
+	return p.Filter == nil || p.Filter.matches(d.c.Attributes)
+}
+
+func (p *preparedQuery) filtered() bool { return p.stores != nil || p.Filter != nil }
+
+// estimateAdmitted estimates how many live documents a filtered query admits: exactly for a store-only filter,
+// by a deterministic stride sample otherwise.
+func (t *tenant) estimateAdmitted(p *preparedQuery) int {
+	if p.Filter == nil {
+		n := 0
+		for s := range p.stores {
+			if sd := t.stores[s]; sd != nil {
+				n += sd.count
+			}
+		}
+		return n
+	}
+	const samples = 256
+	step := max(1, len(t.docs)/samples)
+	seen, ok := 0, 0
+	for i := 0; i < len(t.docs) && seen < samples; i += step {
+		if t.docs[i] == nil {
+			continue
+		}
+		seen++
+		if t.admits(p, uint32(i)) {
+			ok++
+		}
+	}
+	if seen == 0 {
+		return 0
+	}
+	return (ok*t.live + seen - 1) / seen
+}
+
+func (e *Embedded) denseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32) int) []ranked[uint32] {
+	g := t.graph
+	if g == nil || g.live == 0 {
+		return nil
+	}
+	k := p.candLimit
+	if !p.filtered() {
+		if g.live <= e.cfg.ExactSearchMax {
+			return t.exactDense(p, k, false, tie)
+		}
+		res, _ := g.search(p.dense, k, e.cfg.HNSW.EfSearch, nil, 0)
+		return t.fromCands(res)
+	}
+	est := t.estimateAdmitted(p)
+	if est <= e.cfg.ExactSearchMax {
+		return t.exactDense(p, k, true, tie)
+	}
+	// Filtered graph search: it walks through rejected nodes until it has collected ef admitted ones. The
+	// expected walk grows as 1/selectivity; past the budget the exact scan is cheaper and exact.
+	ef := e.cfg.HNSW.EfSearch
+	sel := float64(est) / float64(g.live)
+	budget := int(float64(8*max(ef, k)*g.m0) / max(sel, 1e-3))
+	res, complete := g.search(p.dense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
+	if !complete || (len(res) < k && est >= k) {
+		return t.exactDense(p, k, true, tie)
+	}
+	return t.fromCands(res)
+}
+
+func (t *tenant) fromCands(res []cand) []ranked[uint32] {
+	out := make([]ranked[uint32], len(res))
+	for i, c := range res {
+		out[i] = ranked[uint32]{key: t.graph.labels[c.id], score: float64(1 - c.d)}
+	}
+	return out
+}
+
+// exactDense scores every admitted document by brute force.
+func (t *tenant) exactDense(p *preparedQuery, k int, filtered bool, tie func(a, b uint32) int) []ranked[uint32] {
+	g := t.graph
+	var top topK
+	top.init(k, tie)
+	score := func(num uint32) {
+		d := t.docs[num]
+		if d == nil || d.node < 0 || (filtered && !t.admits(p, num)) {
+			return
+		}
+		top.offer(num, float64(dot(p.dense, g.vec(d.node))))
+	}
+	if p.stores != nil {
+		for s := range p.stores {
+			if sd := t.stores[s]; sd != nil {
+				for _, f := range sd.files {
+					for num := range f {
+						score(num)
+					}
+				}
+			}
+		}
+	} else {
+		for num := range t.docs {
+			score(uint32(num))
+		}
+	}
+	return top.sorted()
+}
+
+// sparseSearch scores admitted documents by BM25 with this tenant's statistics (term at a time, into a dense
+// accumulator indexed by document number).
+func (e *Embedded) sparseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32) int) []ranked[uint32] {
+	if t.live == 0 {
+		return nil
+	}
+	avg := float64(t.totalLen) / float64(t.live)
+	terms := make([]string, 0, len(p.terms))
+	for term := range p.terms {
+		terms = append(terms, term)
+	}
+	slices.Sort(terms) // a fixed summation order keeps scores reproducible
+	acc := e.getAcc(len(t.docs))
+	defer e.accPool.Put(acc)
+	for _, term := range terms {
+		idx, ok := t.termIdx[term]
+		if !ok || t.terms[idx].df <= 0 {
+			continue
+		}
+		tp := &t.terms[idx]
+		w := bm25IDF(tp.df, int64(t.live)) * float64(p.terms[term])
+		for _, ps := range tp.post {
+			d := t.docs[ps.doc]
+			if d == nil {
+				continue
+			}
+			if acc.score[ps.doc] == 0 {
+				acc.touched = append(acc.touched, ps.doc)
+			}
+			acc.score[ps.doc] += w * bm25TF(ps.tf, d.c.Length, avg)
+		}
+	}
+	var top topK
+	top.init(p.candLimit, tie)
+	for _, num := range acc.touched {
+		s := acc.score[num]
+		acc.score[num] = 0
+		if s <= 0 || (p.filtered() && !t.admits(p, num)) {
+			continue
+		}
+		top.offer(num, s)
+	}
+	acc.touched = acc.touched[:0]
+	return top.sorted()
+}
+
+// accumulator is a reusable dense score array; touched lists the non-zero entries, which are zeroed after use.
+type accumulator struct {
+	score   []float64
+	touched []uint32
+}
+
+func (e *Embedded) getAcc(n int) *accumulator {
+	a, _ := e.accPool.Get().(*accumulator)
+	if a == nil {
+		a = &accumulator{}
+	}
+	if len(a.score) < n {
+		a.score = make([]float64, n+n/4)
+	}
+	return a
+}
+
+// topK keeps the k best (highest score) candidates.
+type topK struct {
+	k    int
+	tie  func(a, b uint32) int
+	heap []ranked[uint32] // min-heap by (score, reverse tie): the worst at [0]
+}
+
+func (h *topK) init(k int, tie func(a, b uint32) int) { h.k, h.tie = k, tie }
+
+// worse reports whether a ranks below b.
+func (h *topK) worse(a, b ranked[uint32]) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return h.tie(a.key, b.key) > 0
+}
+
+func (h *topK) offer(key uint32, score float64) {
+	c := ranked[uint32]{key: key, score: score}
+	if len(h.heap) == h.k {
+		if !h.worse(h.heap[0], c) {
+			return
+		}
+		h.heap[0] = c
+		h.down(0)
+		return
+	}
+	h.heap = append(h.heap, c)
+	for i := len(h.heap) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.worse(h.heap[i], h.heap[p]) {
+			break
+		}
+		h.heap[i], h.heap[p] = h.heap[p], h.heap[i]
+		i = p
+	}
+}
+
+func (h *topK) down(i int) {
+	s := h.heap
+	for {
+		l := 2*i + 1
+		if l >= len(s) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(s) && h.worse(s[r], s[l]) {
+			m = r
+		}
+		if !h.worse(s[m], s[i]) {
+			return
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+}
+
+func (h *topK) sorted() []ranked[uint32] {
+	out := h.heap
+	slices.SortFunc(out, func(a, b ranked[uint32]) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return h.tie(a.key, b.key)
+	})
+	return out
+}
+
+// Close snapshots the index (when the WAL holds anything) and releases the directory.
+func (e *Embedded) Close() error {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	if e.wal == nil {
+		return nil
+	}
+	var errs []error
+	if e.broken == nil && e.wal.size > walHeaderLen {
+		if err := e.snapshot(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, e.wal.close(), e.dirLock.Close())
+	e.wal = nil
+	e.mu.Lock()
+	e.closed = true
+	e.tenants = nil
+	e.mu.Unlock()
+	return errors.Join(errs...)
+}

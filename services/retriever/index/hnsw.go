@@ -1,0 +1,658 @@
+package index
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// HNSWConfig tunes the dense graph (Malkov & Yashunin, "Efficient and robust approximate nearest neighbor search
+// using Hierarchical Navigable Small World graphs", 2016).
+type HNSWConfig struct {
+	M              int // links per node on the upper layers (layer 0 keeps 2M); default 16
+	EfConstruction int // candidate list size while inserting; default 200
+	EfSearch       int // candidate list size while searching (at least the number of results asked); default 128
+}
+
+func (c HNSWConfig) withDefaults() HNSWConfig {
+	if c.M == 0 {
+		c.M = 16
+	}
+	if c.EfConstruction == 0 {
+		c.EfConstruction = 200
+	}
+	if c.EfSearch == 0 {
+		c.EfSearch = 128
+	}
+	return c
+}
+
+func (c HNSWConfig) validate() error {
+	var errs []error
+	if c.M < 2 || c.M > 128 {
+		errs = append(errs, invalidf("hnsw M %d out of range 2-128", c.M))
+	}
+	if c.EfConstruction < c.M || c.EfConstruction > 4096 {
+		errs = append(errs, invalidf("hnsw efConstruction %d out of range M-4096", c.EfConstruction))
+	}
+	if c.EfSearch < 1 || c.EfSearch > 4096 {
+		errs = append(errs, invalidf("hnsw efSearch %d out of range 1-4096", c.EfSearch))
+	}
+	return errors.Join(errs...)
+}
+
+const (
+	nodeFree uint8 = iota
+	nodeLive
+	nodeDead // tombstone: still traversed (keeps the graph connected), never returned
+
+	// vacuumMinDead and vacuumRatio decide when tombstones are removed from a graph and their neighbours repaired.
+	vacuumMinDead = 16
+	vacuumRatio   = 0.2
+	maxLevel      = 16
+)
+
+// cand is a node and its distance (1 − cosine) to the query.
+type cand struct {
+	d  float32
+	id int32
+}
+
+// hnsw is one tenant's graph over unit vectors. Concurrency: searches may run in parallel with each other;
+// mutations (add, remove, vacuum) need exclusive access from the caller, except that add links the nodes of one
+// batch from several goroutines itself (guarded by per-node locks).
+type hnsw struct {
+	dim, m, m0, efC int
+	ml              float64
+	rng             *rand.Rand
+
+	vecs   []float32 // node n at [n*dim, (n+1)*dim)
+	levels []uint8
+	labels []uint32
+	state  []uint8
+	l0     []int32   // node n at [n*(m0+1)]: count, then up to m0 links
+	up     [][]int32 // node n: levels[n] blocks of (m+1): count, then up to m links
+	locks  []sync.Mutex
+
+	entryMu  sync.Mutex
+	entry    int32
+	maxLevel int
+
+	free       []int32
+	live, dead int
+
+	visited sync.Pool
+}
+
+func newHNSW(dim int, cfg HNSWConfig, seed uint64) *hnsw {
+	return &hnsw{
+		dim: dim, m: cfg.M, m0: 2 * cfg.M, efC: cfg.EfConstruction,
+		ml:    1 / math.Log(float64(cfg.M)),
+		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		entry: -1,
+	}
+}
+
+func (g *hnsw) nodes() int { return len(g.levels) }
+
+func (g *hnsw) vec(n int32) []float32 {
+	o := int(n) * g.dim
+	return g.vecs[o : o+g.dim : o+g.dim]
+}
+
+func (g *hnsw) randomLevel() int {
+	l := int(-math.Log(1-g.rng.Float64()) * g.ml)
+	return min(l, maxLevel)
+}
+
+// links returns the stored link block of n at layer l (count in [0], links after it).
+func (g *hnsw) block(n int32, l int) []int32 {
+	if l == 0 {
+		o := int(n) * (g.m0 + 1)
+		return g.l0[o : o+g.m0+1 : o+g.m0+1]
+	}
+	o := (l - 1) * (g.m + 1)
+	return g.up[n][o : o+g.m+1 : o+g.m+1]
+}
+
+func (g *hnsw) linksOf(n int32, l int) []int32 {
+	b := g.block(n, l)
+	return b[1 : 1+b[0]]
+}
+
+func (g *hnsw) setLinks(n int32, l int, ids []cand) {
+	b := g.block(n, l)
+	b[0] = int32(len(ids))
+	for i, c := range ids {
+		b[1+i] = c.id
+	}
+}
+
+func (g *hnsw) maxLinks(l int) int {
+	if l == 0 {
+		return g.m0
+	}
+	return g.m
+}
+
+// alloc reserves a node for v (exclusive access).
+func (g *hnsw) alloc(v []float32, label uint32, level int) int32 {
+	var n int32
+	if k := len(g.free); k > 0 {
+		n = g.free[k-1]
+		g.free = g.free[:k-1]
+		copy(g.vec(n), v)
+		g.levels[n], g.labels[n], g.state[n] = uint8(level), label, nodeLive
+		clear(g.block(n, 0))
+	} else {
+		n = int32(len(g.levels))
+		g.vecs = append(g.vecs, v...)
+		g.levels = append(g.levels, uint8(level))
+		g.labels = append(g.labels, label)
+		g.state = append(g.state, nodeLive)
+		g.l0 = append(g.l0, make([]int32, g.m0+1)...)
+		g.up = append(g.up, nil)
+		if len(g.locks) < len(g.levels) {
+			// Fresh mutexes: nothing is locked while the graph grows, so nothing needs copying.
+			g.locks = make([]sync.Mutex, max(2*len(g.levels), 64))
+		}
+	}
+	if level > 0 {
+		g.up[n] = make([]int32, level*(g.m+1))
+	} else {
+		g.up[n] = nil
+	}
+	g.live++
+	return n
+}
+
+// add inserts a batch of unit vectors and returns their node ids (exclusive access). Linking runs on up to
+// GOMAXPROCS goroutines for large batches.
+func (g *hnsw) add(vs [][]float32, labels []uint32) []int32 {
+	ids := make([]int32, len(vs))
+	for i, v := range vs {
+		ids[i] = g.alloc(v, labels[i], g.randomLevel())
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(ids)/32)
+	if workers <= 1 {
+		for _, id := range ids {
+			g.link(id, true)
+		}
+		return ids
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(ids)) {
+					return
+				}
+				g.link(ids[i], true)
+			}
+		})
+	}
+	wg.Wait()
+	return ids
+}
+
+// link connects node id into the graph.
+func (g *hnsw) link(id int32, locking bool) {
+	level := int(g.levels[id])
+	q := g.vec(id)
+	g.entryMu.Lock()
+	ep, top := g.entry, g.maxLevel
+	if ep < 0 {
+		g.entry, g.maxLevel = id, level
+		g.entryMu.Unlock()
+		return
+	}
+	raise := level > top
+	if !raise {
+		g.entryMu.Unlock()
+	}
+	vl := g.getVisited()
+	defer g.visited.Put(vl)
+	buf := make([]int32, 0, g.m0)
+	cur := cand{d: 1 - dot(q, g.vec(ep)), id: ep}
+	for l := top; l > level; l-- {
+		cur = g.greedy(q, cur, l, locking, &buf)
+	}
+	accept := func(n int32) bool { return n != id && g.state[n] == nodeLive }
+	for l := min(level, top); l >= 0; l-- {
+		w, _ := g.searchLayer(q, cur, g.efC, l, accept, vl, locking, 0, &buf)
+		if len(w) == 0 {
+			continue
+		}
+		sel := g.selectNeighbors(w, g.m)
+		if locking {
+			g.locks[id].Lock()
+		}
+		g.setLinks(id, l, sel)
+		if locking {
+			g.locks[id].Unlock()
+		}
+		for _, s := range sel {
+			g.addLink(s.id, id, s.d, l, locking)
+		}
+		cur = w[0]
+	}
+	if raise {
+		g.entry, g.maxLevel = id, level
+		g.entryMu.Unlock()
+	}
+}
+
+// addLink adds the edge n→id at layer l, pruning n's links with the heuristic when full.
+func (g *hnsw) addLink(n, id int32, d float32, l int, locking bool) {
+	if locking {
+		g.locks[n].Lock()
+		defer g.locks[n].Unlock()
+	}
+	b := g.block(n, l)
+	cnt := int(b[0])
+	for _, x := range b[1 : 1+cnt] {
+		if x == id {
+			return
+		}
+	}
+	if cnt < g.maxLinks(l) {
+		b[1+cnt] = id
+		b[0]++
+		return
+	}
+	nv := g.vec(n)
+	cs := make([]cand, 0, cnt+1)
+	cs = append(cs, cand{d: d, id: id})
+	for _, x := range b[1 : 1+cnt] {
+		if g.state[x] == nodeDead {
+			continue // drop tombstones first
+		}
+		cs = append(cs, cand{d: 1 - dot(nv, g.vec(x)), id: x})
+	}
+	sortCands(cs)
+	g.setLinks(n, l, g.selectNeighbors(cs, g.maxLinks(l)))
+}
+
+// selectNeighbors is the HNSW heuristic (algorithm 4 without extension): keep a candidate only when it is closer
+// to the base than to every neighbour already kept. cs must be sorted by distance.
+func (g *hnsw) selectNeighbors(cs []cand, m int) []cand {
+	if len(cs) <= m {
+		return slices.Clone(cs)
+	}
+	sel := make([]cand, 0, m)
+	for _, c := range cs {
+		cv := g.vec(c.id)
+		good := true
+		for _, s := range sel {
+			if 1-dot(cv, g.vec(s.id)) < c.d {
+				good = false
+				break
+			}
+		}
+		if good {
+			sel = append(sel, c)
+			if len(sel) == m {
+				break
+			}
+		}
+	}
+	return sel
+}
+
+func (g *hnsw) readLinks(n int32, l int, locking bool, buf *[]int32) []int32 {
+	if !locking {
+		return g.linksOf(n, l)
+	}
+	g.locks[n].Lock()
+	*buf = append((*buf)[:0], g.linksOf(n, l)...)
+	g.locks[n].Unlock()
+	return *buf
+}
+
+func (g *hnsw) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32) cand {
+	for changed := true; changed; {
+		changed = false
+		for _, n := range g.readLinks(cur.id, l, locking, buf) {
+			if d := 1 - dot(q, g.vec(n)); d < cur.d {
+				cur, changed = cand{d: d, id: n}, true
+			}
+		}
+	}
+	return cur
+}
+
+// searchLayer is the best-first search of one layer. Every node is traversed, but only accepted nodes enter the
+// results, and the search goes on until ef accepted nodes are found or the reachable graph is exhausted (the
+// filtered-search rule of hnswlib). maxVisit > 0 aborts after that many visited nodes (complete = false).
+// Results are sorted by distance.
+func (g *hnsw) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) bool, vl *visitList,
+	locking bool, maxVisit int, buf *[]int32) (res []cand, complete bool) {
+	vl.reset(g.nodes())
+	vl.visit(ep.id)
+	visits := 1
+	cands := minHeap{ep}
+	var results maxHeap
+	bound := float32(math.MaxFloat32)
+	if accept(ep.id) {
+		results.push(ep)
+		bound = ep.d
+	}
+	for len(cands) > 0 {
+		c := cands.pop()
+		if c.d > bound && len(results) >= ef {
+			break
+		}
+		for _, n := range g.readLinks(c.id, l, locking, buf) {
+			if vl.visited(n) {
+				continue
+			}
+			vl.visit(n)
+			visits++
+			d := 1 - dot(q, g.vec(n))
+			if len(results) < ef || d < bound {
+				cands.push(cand{d: d, id: n})
+				if accept(n) {
+					results.push(cand{d: d, id: n})
+					if len(results) > ef {
+						results.pop()
+					}
+					bound = results[0].d
+				}
+			}
+		}
+		if maxVisit > 0 && visits > maxVisit {
+			return results.sorted(), false
+		}
+	}
+	return results.sorted(), true
+}
+
+// search returns up to k live nodes nearest to q (unit vector) among those accepted by filter (nil: all).
+// complete is false when maxVisit stopped the search early.
+func (g *hnsw) search(q []float32, k, ef int, filter func(label uint32) bool, maxVisit int) ([]cand, bool) {
+	if g.entry < 0 || g.live == 0 {
+		return nil, true
+	}
+	vl := g.getVisited()
+	defer g.visited.Put(vl)
+	var buf []int32
+	cur := cand{d: 1 - dot(q, g.vec(g.entry)), id: g.entry}
+	for l := g.maxLevel; l > 0; l-- {
+		cur = g.greedy(q, cur, l, false, &buf)
+	}
+	accept := func(n int32) bool {
+		return g.state[n] == nodeLive && (filter == nil || filter(g.labels[n]))
+	}
+	res, complete := g.searchLayer(q, cur, max(ef, k), 0, accept, vl, false, maxVisit, &buf)
+	if len(res) > k {
+		res = res[:k]
+	}
+	return res, complete
+}
+
+// remove tombstones node n (exclusive access) and reports whether a vacuum is due.
+func (g *hnsw) remove(n int32) bool {
+	if g.state[n] != nodeLive {
+		return false
+	}
+	g.state[n] = nodeDead
+	g.live--
+	g.dead++
+	return g.dead >= vacuumMinDead && float64(g.dead) > vacuumRatio*float64(g.live+g.dead)
+}
+
+// vacuum removes the tombstones: every live node that links to one gets its links at that layer re-selected
+// (heuristic) from its live links and the live nodes the tombstones linked to, then tombstoned nodes are freed
+// for reuse. Exclusive access.
+func (g *hnsw) vacuum() {
+	if g.dead == 0 {
+		return
+	}
+	if g.live == 0 {
+		g.vecs, g.levels, g.labels, g.state, g.l0, g.up, g.free = nil, nil, nil, nil, nil, nil, nil
+		g.entry, g.maxLevel, g.dead = -1, 0, 0
+		return
+	}
+	n := g.nodes()
+	workers := max(1, min(runtime.GOMAXPROCS(0), n/256))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		// Race-free by construction: a worker writes only the links of the live node it repairs, and reads only
+		// those and the links of tombstoned nodes, which nobody writes during the vacuum.
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				id := int32(i)
+				if g.state[id] != nodeLive {
+					continue
+				}
+				for l := 0; l <= int(g.levels[id]); l++ {
+					g.repair(id, l)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		id := int32(i)
+		if g.state[id] != nodeDead {
+			continue
+		}
+		g.state[id] = nodeFree
+		clear(g.block(id, 0))
+		g.up[id] = nil
+		g.levels[id] = 0
+		g.free = append(g.free, id)
+	}
+	g.dead = 0
+	g.pickEntry()
+	// A node whose whole neighbourhood died has no links left: insert it again.
+	for i := range n {
+		id := int32(i)
+		if g.state[id] == nodeLive && id != g.entry && g.block(id, 0)[0] == 0 {
+			for l := 1; l <= int(g.levels[id]); l++ {
+				clear(g.block(id, l))
+			}
+			g.link(id, false)
+		}
+	}
+}
+
+func (g *hnsw) pickEntry() {
+	g.entry, g.maxLevel = -1, 0
+	for i := range g.nodes() {
+		id := int32(i)
+		if g.state[id] != nodeLive {
+			continue
+		}
+		lv := int(g.levels[id])
+		better := g.entry < 0 || lv > g.maxLevel ||
+			(lv == g.maxLevel && g.block(g.entry, 0)[0] == 0 && g.block(id, 0)[0] > 0)
+		if better {
+			g.entry, g.maxLevel = id, lv
+		}
+	}
+}
+
+func (g *hnsw) repair(id int32, l int) {
+	links := g.linksOf(id, l)
+	hasDead := false
+	for _, x := range links {
+		if g.state[x] != nodeLive {
+			hasDead = true
+			break
+		}
+	}
+	if !hasDead {
+		return
+	}
+	seen := map[int32]bool{id: true}
+	v := g.vec(id)
+	cs := make([]cand, 0, 2*g.maxLinks(l))
+	consider := func(x int32) {
+		if !seen[x] {
+			seen[x] = true
+			cs = append(cs, cand{d: 1 - dot(v, g.vec(x)), id: x})
+		}
+	}
+	for _, x := range links {
+		if g.state[x] == nodeLive {
+			consider(x)
+			continue
+		}
+		for _, y := range g.linksOf(x, l) {
+			switch g.state[y] {
+			case nodeLive:
+				consider(y)
+			case nodeDead:
+				for _, z := range g.linksOf(y, l) { // two tombstones deep at most
+					if g.state[z] == nodeLive {
+						consider(z)
+					}
+				}
+			}
+		}
+	}
+	sortCands(cs)
+	g.setLinks(id, l, g.selectNeighbors(cs, g.maxLinks(l)))
+}
+
+func sortCands(cs []cand) {
+	slices.SortFunc(cs, func(a, b cand) int {
+		switch {
+		case a.d < b.d:
+			return -1
+		case a.d > b.d:
+			return 1
+		}
+		return int(a.id) - int(b.id)
+	})
+}
+
+// visitList marks visited nodes with a generation counter, so resetting is O(1).
+type visitList struct {
+	marks []uint16
+	gen   uint16
+}
+
+func (g *hnsw) getVisited() *visitList {
+	if v, ok := g.visited.Get().(*visitList); ok {
+		return v
+	}
+	return &visitList{}
+}
+
+func (v *visitList) reset(n int) {
+	if len(v.marks) < n {
+		v.marks = make([]uint16, n+n/4+64)
+		v.gen = 0
+	}
+	v.gen++
+	if v.gen == 0 {
+		clear(v.marks)
+		v.gen = 1
+	}
+}
+
+func (v *visitList) visited(n int32) bool { return v.marks[n] == v.gen }
+func (v *visitList) visit(n int32)        { v.marks[n] = v.gen }
+
+type minHeap []cand
+
+func (h *minHeap) push(c cand) {
+	*h = append(*h, c)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].d <= s[i].d {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *minHeap) pop() cand {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(s) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(s) && s[r].d < s[l].d {
+			m = r
+		}
+		if s[i].d <= s[m].d {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+type maxHeap []cand
+
+func (h *maxHeap) push(c cand) {
+	*h = append(*h, c)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].d >= s[i].d {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *maxHeap) pop() cand {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(s) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(s) && s[r].d > s[l].d {
+			m = r
+		}
+		if s[i].d >= s[m].d {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+func (h maxHeap) sorted() []cand {
+	out := []cand(h)
+	sortCands(out)
+	return out
+}

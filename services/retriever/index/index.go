@@ -1,0 +1,503 @@
+// Package index stores document chunks for retrieval and searches them by dense vectors (cosine), by sparse
+// lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank Fusion of the two candidate lists).
+//
+// One interface, two implementations:
+//
+//   - Embedded (OpenEmbedded): an in-process index persisted in a directory (write-ahead log plus snapshots),
+//     with a hand-written HNSW graph per tenant for dense search and a per-tenant inverted index for BM25.
+//     It is the default of the all-in-one process.
+//   - Qdrant (NewQdrant): the production backend, one collection with named dense and sparse vectors.
+//
+// Both pass the shared contract suite in package indextest.
+//
+// Tenant isolation is absolute: chunks are keyed by (tenant, chunk id), every search is confined to one tenant,
+// and keyword statistics (document count, document frequencies, average length) are kept per tenant, so the
+// corpus of one tenant never changes the scores seen by another.
+//
+// Scores: dense mode returns cosine similarity, sparse mode returns the BM25 score, hybrid mode returns the RRF
+// score normalised to [0, 1] (1 = ranked first by every ranker that took part). ScoreThreshold compares against
+// that score.
+package index
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+)
+
+// Search modes.
+const (
+	ModeHybrid = "hybrid" // RRF of the dense and sparse candidate lists (whichever the query carries); the default
+	ModeDense  = "dense"  // cosine similarity only
+	ModeSparse = "sparse" // BM25 only
+)
+
+// Limits and scoring constants shared by every implementation.
+const (
+	DefaultLimit = 10 // Query.Limit 0 means this (OpenAI max_num_results default)
+	MaxLimit     = 50 // OpenAI max_num_results maximum
+
+	// CandidateFactor sizes each candidate list of a hybrid query: CandidateFactor × Limit.
+	CandidateFactor = 4
+	// RRFK is the Reciprocal Rank Fusion constant: a candidate at 0-based position p of a list contributes
+	// 1/(RRFK+p). This is Qdrant's definition, so both implementations produce the same fused scores.
+	RRFK = 60
+
+	BM25K1 = 1.2
+	BM25B  = 0.75
+
+	MaxAttributes     = 16  // OpenAI vector store file attributes
+	MaxAttributeKey   = 64  // characters
+	MaxAttributeValue = 512 // bytes of a string value
+	maxNameLen        = 512 // tenant, store, file and chunk ids
+)
+
+// ErrInvalid marks bad input (a chunk, filter or query that can never succeed); callers map it to a 400.
+var ErrInvalid = errors.New("invalid input")
+
+// ErrClosed is returned by every method of a closed index.
+var ErrClosed = errors.New("index closed")
+
+// Chunk is one retrievable piece of a file.
+type Chunk struct {
+	// ID is deterministic (see ChunkID) so that upserts are idempotent. Chunks are keyed by (Tenant, ID):
+	// equal ids in two tenants are two chunks.
+	ID      string
+	Tenant  string
+	StoreID string
+	FileID  string
+	Index   int // chunk number in the file
+	Text    string
+	// Dense is the embedding; nil when no embedding engine is configured. Stored normalised; never returned.
+	Dense []float32
+	// Terms are analyzed term frequencies (the sparse, lexical representation). Never returned by Search.
+	Terms map[string]uint32
+	// Length is the number of analyzed terms (BM25 document length). 0 with non-empty Terms means "sum of Terms".
+	Length      int
+	Pages       []int
+	HeadingPath []string
+	// Attributes are the file attributes: string, float64 or bool values (integers are accepted and stored as
+	// float64), at most 16 keys.
+	Attributes map[string]any
+}
+
+// Hit is one search result. Its Chunk carries neither Dense nor Terms.
+type Hit struct {
+	Chunk Chunk
+	Score float64
+}
+
+// Query is one search.
+type Query struct {
+	Tenant string
+	// StoreIDs restricts the search to these vector stores; empty means every store of the tenant.
+	StoreIDs []string
+	Dense    []float32         // optional query embedding
+	Terms    map[string]uint32 // optional analyzed query terms (frequency multiplies the term's weight)
+	Filter   *Filter
+	Limit    int    // 1..50; 0 means 10
+	Mode     string // ModeHybrid (default), ModeDense or ModeSparse
+	// ScoreThreshold drops hits scoring below it (see the package comment for the scale of each mode); 0 means
+	// no threshold (cosine similarities can be negative).
+	ScoreThreshold float64
+}
+
+// Index is a tenant-isolated chunk index.
+type Index interface {
+	// Upsert inserts or replaces chunks (keyed by tenant and id). The batch is validated as a whole first:
+	// an invalid chunk rejects the batch and changes nothing.
+	Upsert(ctx context.Context, chunks []Chunk) error
+	// DeleteFile removes every chunk of one file.
+	DeleteFile(ctx context.Context, tenant, storeID, fileID string) error
+	// DeleteStore removes every chunk of one vector store.
+	DeleteStore(ctx context.Context, tenant, storeID string) error
+	// Search returns at most Limit hits, best first.
+	Search(ctx context.Context, q Query) ([]Hit, error)
+	// Count returns the number of chunks in a store (storeID "" counts the whole tenant).
+	Count(ctx context.Context, tenant, storeID string) (int, error)
+	Close() error
+}
+
+// ChunkID derives the deterministic id of chunk number index of a file: re-chunking the same file produces the
+// same ids, so re-ingesting replaces instead of duplicating.
+func ChunkID(tenant, storeID, fileID string, index int) string {
+	h := sha256.New()
+	for _, s := range []string{tenant, storeID, fileID} {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutVarint(n[:], int64(index))])
+	return "chk_" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func validName(what, s string) error {
+	switch {
+	case s == "":
+		return invalidf("%s is required", what)
+	case len(s) > maxNameLen:
+		return invalidf("%s longer than %d bytes", what, maxNameLen)
+	case !utf8.ValidString(s):
+		return invalidf("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+// validAttributeKey applies the key rules shared by chunks and filters: 1-64 characters, valid UTF-8, no control
+// characters and no double quote (the Qdrant backend quotes keys in JSON paths).
+func validAttributeKey(k string) error {
+	if k == "" {
+		return invalidf("attribute key is empty")
+	}
+	if !utf8.ValidString(k) {
+		return invalidf("attribute key %q is not valid UTF-8", k)
+	}
+	if utf8.RuneCountInString(k) > MaxAttributeKey {
+		return invalidf("attribute key %q longer than %d characters", k, MaxAttributeKey)
+	}
+	for _, r := range k {
+		if r < 0x20 || r == 0x7f || r == '"' {
+			return invalidf("attribute key %q contains a control character or a double quote", k)
+		}
+	}
+	return nil
+}
+
+// normalizeScalar converts an attribute or filter value to string, float64 or bool.
+func normalizeScalar(v any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		if !utf8.ValidString(x) {
+			return nil, invalidf("string value is not valid UTF-8")
+		}
+		if len(x) > MaxAttributeValue {
+			return nil, invalidf("string value longer than %d bytes", MaxAttributeValue)
+		}
+		return x, nil
+	case bool:
+		return x, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, invalidf("number value is not finite")
+		}
+		return x, nil
+	case float32:
+		return normalizeScalar(float64(x))
+	case int:
+		return float64(x), nil
+	case int8:
+		return float64(x), nil
+	case int16:
+		return float64(x), nil
+	case int32:
+		return float64(x), nil
+	case int64:
+		return float64(x), nil
+	case uint:
+		return float64(x), nil
+	case uint8:
+		return float64(x), nil
+	case uint16:
+		return float64(x), nil
+	case uint32:
+		return float64(x), nil
+	case uint64:
+		return float64(x), nil
+	case nil:
+		return nil, invalidf("value is null")
+	default:
+		return nil, invalidf("value of type %T (want string, number or bool)", v)
+	}
+}
+
+// prepareChunk validates c and returns the stored form: attributes normalised, Length filled in, slices and maps
+// copied (the caller may reuse its own), Dense normalised to unit length. dim is the required dense dimension
+// (0: any).
+func prepareChunk(c Chunk, dim int) (Chunk, error) {
+	var errs []error
+	for _, f := range []struct{ what, v string }{
+		{"chunk id", c.ID}, {"tenant", c.Tenant}, {"store id", c.StoreID}, {"file id", c.FileID},
+	} {
+		if err := validName(f.what, f.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Index < 0 {
+		errs = append(errs, invalidf("chunk index %d is negative", c.Index))
+	}
+	if !utf8.ValidString(c.Text) {
+		errs = append(errs, invalidf("text is not valid UTF-8"))
+	}
+	if c.Length < 0 {
+		errs = append(errs, invalidf("length %d is negative", c.Length))
+	}
+	out := Chunk{
+		ID: c.ID, Tenant: c.Tenant, StoreID: c.StoreID, FileID: c.FileID, Index: c.Index, Text: c.Text,
+		Length: c.Length,
+	}
+	if c.Dense != nil {
+		v, err := normalized(c.Dense)
+		if err != nil {
+			errs = append(errs, err)
+		} else if dim > 0 && len(v) != dim {
+			errs = append(errs, invalidf("dense vector has %d dimensions, index has %d", len(v), dim))
+		}
+		out.Dense = v
+	}
+	if len(c.Terms) > 0 {
+		out.Terms = make(map[string]uint32, len(c.Terms))
+		var sum int
+		for t, tf := range c.Terms {
+			if t == "" || !utf8.ValidString(t) {
+				errs = append(errs, invalidf("term %q is empty or not valid UTF-8", t))
+				continue
+			}
+			if tf == 0 {
+				continue // a zero frequency is no occurrence
+			}
+			out.Terms[t] = tf
+			sum += int(tf)
+		}
+		if out.Length == 0 {
+			out.Length = sum
+		}
+		if len(out.Terms) == 0 {
+			out.Terms = nil
+		}
+	}
+	if c.Pages != nil {
+		out.Pages = append([]int(nil), c.Pages...)
+	}
+	if c.HeadingPath != nil {
+		out.HeadingPath = append([]string(nil), c.HeadingPath...)
+		for _, h := range c.HeadingPath {
+			if !utf8.ValidString(h) {
+				errs = append(errs, invalidf("heading path is not valid UTF-8"))
+				break
+			}
+		}
+	}
+	if len(c.Attributes) > MaxAttributes {
+		errs = append(errs, invalidf("%d attributes (at most %d)", len(c.Attributes), MaxAttributes))
+	}
+	if len(c.Attributes) > 0 {
+		out.Attributes = make(map[string]any, len(c.Attributes))
+		for k, v := range c.Attributes {
+			if err := validAttributeKey(k); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			nv, err := normalizeScalar(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("attribute %q: %w", k, err))
+				continue
+			}
+			out.Attributes[k] = nv
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Chunk{}, fmt.Errorf("chunk %q: %w", c.ID, err)
+	}
+	return out, nil
+}
+
+// prepareChunks validates a batch and drops earlier duplicates of the same (tenant, id): the last one wins.
+func prepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
+	out := make([]Chunk, 0, len(chunks))
+	pos := make(map[[2]string]int, len(chunks))
+	var errs []error
+	for _, c := range chunks {
+		p, err := prepareChunk(c, dim)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if dim == 0 && p.Dense != nil {
+			dim = len(p.Dense) // one batch, one dimension
+		}
+		k := [2]string{p.Tenant, p.ID}
+		if i, ok := pos[k]; ok {
+			out[i] = p
+			continue
+		}
+		pos[k] = len(out)
+		out = append(out, p)
+	}
+	if len(errs) > 0 {
+		if len(errs) > 10 {
+			errs = append(errs[:10], fmt.Errorf("and %d more invalid chunks", len(errs)-10))
+		}
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// preparedQuery is a validated query in the form both implementations execute.
+type preparedQuery struct {
+	Query
+	stores    map[string]bool // nil: every store
+	dense     []float32       // normalised; nil when not used
+	terms     map[string]uint32
+	useDense  bool
+	useSparse bool
+	candLimit int // size of each candidate list
+}
+
+func prepareQuery(q Query, dim int) (preparedQuery, error) {
+	var errs []error
+	if err := validName("tenant", q.Tenant); err != nil {
+		errs = append(errs, err)
+	}
+	p := preparedQuery{Query: q}
+	if p.Limit == 0 {
+		p.Limit = DefaultLimit
+	}
+	if p.Limit < 1 || p.Limit > MaxLimit {
+		errs = append(errs, invalidf("limit %d out of range 1-%d", q.Limit, MaxLimit))
+	}
+	if p.Mode == "" {
+		p.Mode = ModeHybrid
+	}
+	if math.IsNaN(q.ScoreThreshold) || math.IsInf(q.ScoreThreshold, 0) {
+		errs = append(errs, invalidf("score threshold is not finite"))
+	}
+	if len(q.StoreIDs) > 0 {
+		p.stores = make(map[string]bool, len(q.StoreIDs))
+		for _, s := range q.StoreIDs {
+			if err := validName("store id", s); err != nil {
+				errs = append(errs, err)
+			}
+			p.stores[s] = true
+		}
+	}
+	if q.Dense != nil {
+		v, err := normalized(q.Dense)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("query vector: %w", err))
+		} else if dim > 0 && len(v) != dim {
+			errs = append(errs, invalidf("query vector has %d dimensions, index has %d", len(v), dim))
+		}
+		p.dense = v
+	}
+	if len(q.Terms) > 0 {
+		p.terms = make(map[string]uint32, len(q.Terms))
+		for t, tf := range q.Terms {
+			if t == "" {
+				errs = append(errs, invalidf("query term is empty"))
+				continue
+			}
+			if tf > 0 {
+				p.terms[t] = tf
+			}
+		}
+	}
+	hasDense, hasSparse := p.dense != nil, len(p.terms) > 0
+	switch p.Mode {
+	case ModeHybrid:
+		p.useDense, p.useSparse = hasDense, hasSparse
+		if !hasDense && !hasSparse {
+			errs = append(errs, invalidf("a hybrid query needs a dense vector, terms or both"))
+		}
+	case ModeDense:
+		p.useDense = true
+		if !hasDense {
+			errs = append(errs, invalidf("a dense query needs a dense vector"))
+		}
+	case ModeSparse:
+		p.useSparse = true
+		if !hasSparse {
+			errs = append(errs, invalidf("a sparse query needs terms"))
+		}
+	default:
+		errs = append(errs, invalidf("unknown mode %q (want %s, %s or %s)", q.Mode, ModeHybrid, ModeDense, ModeSparse))
+	}
+	if q.Filter != nil {
+		f, err := q.Filter.normalize(0)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("filter: %w", err))
+		} else {
+			p.Filter = &f
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return preparedQuery{}, err
+	}
+	p.candLimit = p.Limit
+	if p.Mode == ModeHybrid {
+		p.candLimit = CandidateFactor * p.Limit
+	}
+	return p, nil
+}
+
+// passes applies the score threshold.
+func (p *preparedQuery) passes(score float64) bool {
+	return p.ScoreThreshold == 0 || score >= p.ScoreThreshold
+}
+
+// fused returns true when hits are scored by RRF.
+func (p *preparedQuery) fused() bool { return p.Mode == ModeHybrid }
+
+// lists returns the number of rankers fused by a hybrid query.
+func (p *preparedQuery) lists() int {
+	n := 0
+	if p.useDense {
+		n++
+	}
+	if p.useSparse {
+		n++
+	}
+	return n
+}
+
+// publicChunk returns a copy of c suitable for a Hit: no vectors, no shared maps or slices.
+func publicChunk(c *Chunk) Chunk {
+	out := *c
+	out.Dense = nil
+	out.Terms = nil
+	if c.Pages != nil {
+		out.Pages = append([]int(nil), c.Pages...)
+	}
+	if c.HeadingPath != nil {
+		out.HeadingPath = append([]string(nil), c.HeadingPath...)
+	}
+	if c.Attributes != nil {
+		out.Attributes = make(map[string]any, len(c.Attributes))
+		for k, v := range c.Attributes {
+			out.Attributes[k] = v
+		}
+	}
+	return out
+}
+
+func normalized(v []float32) ([]float32, error) {
+	if len(v) == 0 {
+		return nil, invalidf("dense vector is empty")
+	}
+	var s float64
+	for _, x := range v {
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, invalidf("dense vector has a non-finite component")
+		}
+		s += f * f
+	}
+	if s == 0 {
+		return nil, invalidf("dense vector is all zeros (cosine undefined)")
+	}
+	inv := 1 / math.Sqrt(s)
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(float64(x) * inv)
+	}
+	return out, nil
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package index
+
+// raceEnabled scales the always-on measurements down: the race detector slows graph code ten-fold.
+const raceEnabled = false

@@ -1,0 +1,298 @@
+// Package retriever indexes embedded files and answers searches. It follows
+// the document flow (embedded files are indexed, removed files deleted) and
+// answers queries on events.RetrieverQuery, embedding the query text with
+// the store's model through the workers when the store has one.
+package retriever
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/lexical"
+	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/services/retriever/index"
+)
+
+// Config configures the retriever.
+type Config struct {
+	// QueueGroup shares queries among replicas. Default "retriever".
+	QueueGroup string
+	// KeyID names the retriever in the usage events of query embeddings.
+	KeyID string
+}
+
+// Deps are the retriever's collaborators.
+type Deps struct {
+	NC      *nats.Conn
+	JS      jetstream.JetStream
+	Objects objstore.Store
+	Index   index.Index
+	Logger  *slog.Logger
+}
+
+// Service indexes and searches.
+type Service struct {
+	cfg      Config
+	deps     Deps
+	log      *slog.Logger
+	analyzer *lexical.Analyzer
+	client   *bridge.Client
+}
+
+// New validates and builds the service.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.NC == nil || deps.JS == nil || deps.Objects == nil || deps.Index == nil {
+		return nil, errors.New("retriever: Deps.NC, Deps.JS, Deps.Objects and Deps.Index are required")
+	}
+	if cfg.QueueGroup == "" {
+		cfg.QueueGroup = "retriever"
+	}
+	if cfg.KeyID == "" {
+		cfg.KeyID = "system:retriever"
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "retriever"), analyzer: lexical.NewEnglish()}, nil
+}
+
+// Run indexes and answers queries until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{Logger: s.log})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = client.Close() }()
+	s.client = client
+	sub, err := s.deps.NC.QueueSubscribe(events.RetrieverQuery, s.cfg.QueueGroup, func(m *nats.Msg) { go s.answer(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("retriever: subscribe: %w", err)
+	}
+	defer func() { _ = sub.Drain() }()
+	reg := events.NewRegistry(func() events.Event { return &events.DocEmbeddedV1{} }, func() events.Event { return &events.DocRemovedV1{} })
+	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
+		Stream: events.StreamDocs, Durable: "retriever", Logger: s.log,
+		FilterSubjects: []string{fmt.Sprintf(events.DocsEmbeddedT, "*"), fmt.Sprintf(events.DocsRemovedT, "*")},
+	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
+		switch e := ev.(type) {
+		case *events.DocEmbeddedV1:
+			return s.indexFile(ctx, e)
+		case *events.DocRemovedV1:
+			return s.deps.Index.DeleteFile(ctx, e.Tenant, e.StoreID, e.FileID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error {
+	r, _, err := s.deps.Objects.Get(ctx, e.VectorsKey)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var attrs map[string]any
+	var chunks []index.Chunk
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var c events.DocChunk
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			return s.fail(ctx, e, "server_error", "the file's vectors could not be read")
+		}
+		chunks = append(chunks, index.Chunk{
+			ID: index.ChunkID(e.Tenant, e.StoreID, e.FileID, c.Index), Tenant: e.Tenant, StoreID: e.StoreID, FileID: e.FileID,
+			Index: c.Index, Text: c.Text, Dense: c.Dense, Terms: c.Terms, Length: c.Length, Pages: c.Pages, HeadingPath: c.HeadingPath,
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if attrs, err = s.fileAttributes(ctx, e.DocRef); err != nil {
+		return err
+	}
+	for i := range chunks {
+		chunks[i].Attributes = attrs
+	}
+	// An edited file replaces its chunks: drop the old ones first.
+	if err := s.deps.Index.DeleteFile(ctx, e.Tenant, e.StoreID, e.FileID); err != nil {
+		return err
+	}
+	if err := s.deps.Index.Upsert(ctx, chunks); err != nil {
+		if errors.Is(err, index.ErrInvalid) {
+			return s.fail(ctx, e, "invalid_file", err.Error())
+		}
+		return err
+	}
+	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIndexedT, events.Token(e.Tenant)),
+		events.DocIndexedV1{DocRef: e.DocRef, Chunks: len(chunks), ContentSHA256: e.ContentSHA256},
+		events.Envelope{ID: "indexed-" + e.StoreID + "-" + e.FileID + "-" + e.ContentSHA256, Source: "retriever", Tenant: e.Tenant})
+	return err
+}
+
+// fileAttributes reads the vector store file's attributes (they may change
+// after ingestion started).
+func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (map[string]any, error) {
+	kv, err := s.deps.JS.KeyValue(ctx, events.BucketVectorStoreFiles)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, ref.Tenant+"."+ref.StoreID+"."+ref.FileID)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var rec struct {
+		Attributes map[string]any `json:"attributes"`
+	}
+	_ = json.Unmarshal(e.Value(), &rec)
+	return rec.Attributes, nil
+}
+
+func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg string) error {
+	_, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(e.Tenant)),
+		events.DocFailedV1{DocRef: e.DocRef, Stage: "index", Code: code, Message: msg},
+		events.Envelope{ID: "failed-index-" + e.StoreID + "-" + e.FileID + "-" + e.ContentSHA256, Source: "retriever", Tenant: e.Tenant})
+	return err
+}
+
+// SearchRequest is a query on events.RetrieverQuery.
+type SearchRequest struct {
+	Tenant         string        `json:"tenant"`
+	StoreIDs       []string      `json:"vector_store_ids"`
+	Queries        []string      `json:"queries"`
+	Filter         *index.Filter `json:"filter,omitempty"`
+	Limit          int           `json:"limit"`
+	ScoreThreshold float64       `json:"score_threshold"`
+	Mode           string        `json:"mode,omitempty"`
+	// EmbeddingModel embeds the queries for dense search; empty: keyword only.
+	EmbeddingModel string `json:"embedding_model,omitempty"`
+}
+
+// SearchHit is one result.
+type SearchHit struct {
+	StoreID     string         `json:"vector_store_id"`
+	FileID      string         `json:"file_id"`
+	ChunkIndex  int            `json:"chunk_index"`
+	Score       float64        `json:"score"`
+	Text        string         `json:"text"`
+	Pages       []int          `json:"pages,omitempty"`
+	HeadingPath []string       `json:"heading_path,omitempty"`
+	Attributes  map[string]any `json:"attributes,omitempty"`
+}
+
+// SearchReply answers a SearchRequest.
+type SearchReply struct {
+	Hits  []SearchHit `json:"hits"`
+	Error *struct {
+		Status  int    `json:"status"`
+		Message string `json:"message"`
+		Param   string `json:"param,omitempty"`
+	} `json:"error,omitempty"`
+}
+
+func (s *Service) answer(ctx context.Context, m *nats.Msg) {
+	var req SearchRequest
+	reply := SearchReply{}
+	fail := func(status int, msg, param string) {
+		reply.Error = &struct {
+			Status  int    `json:"status"`
+			Message string `json:"message"`
+			Param   string `json:"param,omitempty"`
+		}{status, msg, param}
+	}
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Tenant == "" {
+		fail(400, "malformed search request", "")
+	} else if hits, err := s.search(ctx, req); err != nil {
+		if errors.Is(err, index.ErrInvalid) {
+			fail(400, err.Error(), "filters")
+		} else {
+			s.log.Error("search failed", "tenant", req.Tenant, "err", err)
+			fail(502, "search failed: "+err.Error(), "")
+		}
+	} else {
+		reply.Hits = hits
+	}
+	b, _ := json.Marshal(reply)
+	_ = m.Respond(b)
+}
+
+func (s *Service) search(ctx context.Context, req SearchRequest) ([]SearchHit, error) {
+	text := ""
+	for i, q := range req.Queries {
+		if i > 0 {
+			text += "\n"
+		}
+		text += q
+	}
+	terms, _ := s.analyzer.TermFreqs(text)
+	q := index.Query{Tenant: req.Tenant, StoreIDs: req.StoreIDs, Terms: terms, Filter: req.Filter, Limit: req.Limit,
+		Mode: req.Mode, ScoreThreshold: req.ScoreThreshold}
+	if req.EmbeddingModel != "" {
+		v, err := s.embedQuery(ctx, req.Tenant, req.EmbeddingModel, text)
+		if err != nil {
+			// Keyword search still answers when the embedding engine is down.
+			s.log.Warn("query embedding failed; keyword search only", "model", req.EmbeddingModel, "err", err)
+		} else {
+			q.Dense = v
+		}
+	}
+	if q.Dense == nil && q.Mode == index.ModeDense {
+		q.Mode = index.ModeSparse
+	}
+	hits, err := s.deps.Index.Search(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SearchHit, 0, len(hits))
+	for _, h := range hits {
+		c := h.Chunk
+		out = append(out, SearchHit{StoreID: c.StoreID, FileID: c.FileID, ChunkIndex: c.Index, Score: h.Score, Text: c.Text,
+			Pages: c.Pages, HeadingPath: c.HeadingPath, Attributes: c.Attributes})
+	}
+	return out, nil
+}
+
+func (s *Service) embedQuery(ctx context.Context, tenant, model, text string) ([]float32, error) {
+	body, _ := json.Marshal(map[string]any{"model": model, "input": text, "encoding_format": "base64"})
+	var out bytes.Buffer
+	if _, err := s.client.Do(ctx, &bridge.OutRequest{Model: model, ID: "qemb_" + events.NewID()[:24], Tenant: tenant, KeyID: s.cfg.KeyID,
+		Endpoint: events.EndpointEmbeddings, Body: body}, func(p []byte) error { out.Write(p); return nil }); err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Data []struct {
+			Embedding string `json:"embedding"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil || len(resp.Data) != 1 {
+		return nil, errors.New("retriever: bad embeddings answer")
+	}
+	b, err := base64.StdEncoding.DecodeString(resp.Data[0].Embedding)
+	if err != nil || len(b)%4 != 0 {
+		return nil, errors.New("retriever: bad base64 embedding")
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, nil
+}
