@@ -92,6 +92,23 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 		return err == nil && got.Status == openai.VectorStoreFileStatusFailed && got.LastError.Message == "no text layer"
 	}, "file failed with last_error")
 
+	// A step that dead-lettered the file's message fails it as well.
+	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DocsIndexedT, "acme"), events.DocIndexedV1{DocRef: ref, Chunks: 1}, events.Envelope{Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		got, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+		return err == nil && got.Status == openai.VectorStoreFileStatusCompleted
+	}, "file completed again")
+	dead := events.DocChunkedV1{DocRef: ref, ChunksKey: "k", Chunks: 1}
+	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DeadLetterT, events.StreamDocs, "embedder"), dead, events.Envelope{Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		got, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+		return err == nil && got.Status == openai.VectorStoreFileStatusFailed && strings.Contains(got.LastError.Message, "gave up")
+	}, "dead-lettered file failed")
+
 	list, err := client.VectorStores.Files.List(ctx, vs.ID, openai.VectorStoreFileListParams{})
 	if err != nil || len(list.Data) != 1 {
 		t.Fatalf("files: %v %+v", err, list)

@@ -35,7 +35,41 @@ func (s *Service) docStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Run(ctx)
+	// A step that gave up (its consumer dead-lettered the message after
+	// every retry) fails the file too: nothing stays in_progress.
+	deadReg := events.NewRegistry(
+		func() events.Event { return &events.DocIngestRequestedV1{} },
+		func() events.Event { return &events.DocChunkedV1{} },
+		func() events.Event { return &events.DocEmbeddedV1{} },
+	)
+	dead, err := events.NewConsumer(s.deps.JS, deadReg, events.ConsumerConfig{
+		Stream:         events.StreamDeadLetter,
+		Durable:        "edge-docs-dead",
+		FilterSubjects: []string{fmt.Sprintf(events.DeadLetterT, events.StreamDocs, "*")},
+		Logger:         s.log,
+	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
+		var ref events.DocRef
+		switch e := ev.(type) {
+		case *events.DocIngestRequestedV1:
+			ref = e.DocRef
+		case *events.DocChunkedV1:
+			ref = e.DocRef
+		case *events.DocEmbeddedV1:
+			ref = e.DocRef
+		}
+		return s.setFileStatus(ctx, ref, statusFailed, &LastError{Code: "server_error",
+			Message: "Processing gave up after repeated failures (the object store, the bus or the embedding engine kept failing); add the file again to retry."})
+	})
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- dead.Run(ctx) }()
+	err = c.Run(ctx)
+	if derr := <-errc; err == nil {
+		err = derr
+	}
+	return err
 }
 
 func (s *Service) setFileStatus(ctx context.Context, ref events.DocRef, status string, lastErr *LastError) error {
