@@ -127,15 +127,12 @@ func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1)
 	key := ChunksKey(req.DocRef, req.ContentSHA256)
 	// An unchanged file was chunked before: nothing to redo.
 	if info, err := s.deps.Objects.Stat(ctx, key); err == nil && info.Size > 0 && req.ContentSHA256 != "" {
-		out.ChunksKey = key
-		out.Chunks = -1
-		n, err := countLines(ctx, s.deps.Objects, key)
-		if err == nil {
-			out.Chunks = n
+		if n, err := countLines(ctx, s.deps.Objects, key); err == nil {
+			out.ChunksKey, out.Chunks = key, n
 			return out, nil
 		}
 	}
-	body, info, err := s.deps.Objects.Get(ctx, req.ObjectKey)
+	body, _, err := s.deps.Objects.Get(ctx, req.ObjectKey)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, &permanent{"invalid_file", errors.New("the file's content is gone from the object store")}
@@ -150,7 +147,7 @@ func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1)
 	if int64(len(data)) > s.cfg.MaxFileBytes {
 		return nil, &permanent{"invalid_file", fmt.Errorf("the file is larger than the ingest limit of %d bytes", s.cfg.MaxFileBytes)}
 	}
-	format := extract.Sniff(req.Filename, data[:min(len(data), 512)])
+	format := extract.Sniff(req.Filename, data)
 	ex, ok := extract.ForFormat(format)
 	if !ok {
 		return nil, &permanent{"unsupported_file", fmt.Errorf("unsupported file type for %q (supported: PDF, HTML, Markdown, plain text, DOCX)", req.Filename)}
@@ -175,8 +172,7 @@ func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1)
 	if _, err := s.deps.Objects.Put(ctx, key, &buf, int64(buf.Len()), "application/x-ndjson"); err != nil {
 		return nil, err
 	}
-	out.ChunksKey, out.Chunks, out.Pages = key, len(chunks), doc.Pages
-	_ = info
+	out.ChunksKey, out.Chunks, out.Pages, out.Warnings = key, len(chunks), doc.Pages, doc.Warnings
 	return out, nil
 }
 

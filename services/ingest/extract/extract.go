@@ -106,18 +106,17 @@ func ForFormat(format string) (Extractor, bool) {
 	return nil, false
 }
 
-// Sniff names the format of a document from its first bytes (at least 512 are
-// recommended; the whole file for DOCX detection is not needed, the zip local
-// header of word/document.xml is usually within the first few kilobytes) and,
-// failing that, from its file name. It returns "" when the format is not
-// supported.
+// Sniff names the format of a document from its first bytes and, failing
+// that, from its file name. It returns "" when the format is not supported.
+//
+// Pass at least the first 4 KiB (or the whole file): a DOCX is recognised
+// by the name of a "word/" entry in a zip local header, which follows the
+// [Content_Types].xml entry; with a shorter head a zip is still taken as
+// DOCX when the name ends in .docx.
 func Sniff(name string, head []byte) string {
 	trimmed := bytes.TrimLeft(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), " \t\r\n")
 	switch {
 	case bytes.HasPrefix(head, []byte("%PDF-")):
-		return FormatPDF
-	case bytes.Contains(head[:min(len(head), 1024)], []byte("%PDF-")):
-		// Some producers put junk before the header; readers accept it in the first KiB.
 		return FormatPDF
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")):
 		if bytes.Contains(head, []byte("word/document.xml")) || bytes.Contains(head, []byte("word/")) {

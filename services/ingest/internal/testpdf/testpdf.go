@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-pdf/fpdf"
 	"golang.org/x/image/font/gofont/goregular"
@@ -77,8 +78,12 @@ func Report(t testing.TB, pages int) []byte {
 	return bytesOf(t, f)
 }
 
+// bytesOf renders f reproducibly: same calls, same bytes.
 func bytesOf(t testing.TB, f *fpdf.Fpdf) []byte {
 	t.Helper()
+	f.SetCatalogSort(true)
+	f.SetCreationDate(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	f.SetModificationDate(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	var buf bytes.Buffer
 	if err := f.Output(&buf); err != nil {
 		t.Fatalf("fpdf: %v", err)
