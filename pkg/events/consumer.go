@@ -379,6 +379,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig())
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while setting up: not a failure
+		}
 		return fmt.Errorf("events: consumer %s/%s: %w", c.cfg.Stream, c.cfg.Durable, err)
 	}
 	for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,11 +97,20 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	var errs []error
 	for _, sc := range Streams(o) {
+		// Update only what differs: every service calls Ensure at start, and
+		// a needless stream update racing a consumer being created is both
+		// wasted work and a path nats-server does not serialise.
+		if cur, err := js.Stream(ctx, sc.Name); err == nil && sameStream(cur.CachedInfo().Config, sc) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			errs = append(errs, fmt.Errorf("stream %s: %w", sc.Name, err))
 		}
 	}
 	for _, kc := range Buckets(o) {
+		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+			continue // buckets never change shape after creation
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			errs = append(errs, fmt.Errorf("bucket %s: %w", kc.Bucket, err))
 		}
@@ -109,4 +119,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error 
 		return fmt.Errorf("events: ensure streams: %w", err)
 	}
 	return nil
+}
+
+// sameStream reports whether the settings Streams declares are already in
+// force.
+func sameStream(cur, want jetstream.StreamConfig) bool {
+	return slices.Equal(cur.Subjects, want.Subjects) && cur.MaxAge == want.MaxAge && cur.Duplicates == want.Duplicates &&
+		cur.Replicas == want.Replicas && cur.DenyDelete == want.DenyDelete && cur.DenyPurge == want.DenyPurge &&
+		cur.Description == want.Description && cur.Retention == want.Retention && cur.Storage == want.Storage
 }
