@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,53 @@ func TestDocumentsToSearch(t *testing.T) {
 			p, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("connect phone")}})
 			return err == nil && len(p.Data) == 0
 		}, "chunks removed")
+	}
+}
+
+// TestFileBatchAndCancel: a batch adds several files at once and reports
+// their counts; a cancelled batch's unfinished files end cancelled and are
+// not searchable.
+func TestFileBatchAndCancel(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	key, _ := s.tenantKey("acme")
+	ctx := context.Background()
+	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	var ids []string
+	for i, text := range []string{"Lighthouses guide ships along rocky coasts.", "Glaciers carve valleys over thousands of years."} {
+		f, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(text), fmt.Sprintf("n%d.txt", i), "text/plain"), Purpose: openai.FilePurposeAssistants})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{Name: openai.String("nature")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.VectorStores.FileBatches.New(ctx, vs.ID, openai.VectorStoreFileBatchNewParams{FileIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.FileCounts.Total != 2 || !strings.HasPrefix(b.ID, "vsfb_") {
+		t.Fatalf("batch = %+v", b)
+	}
+	eventually(t, 20*time.Second, func() bool {
+		got, err := client.VectorStores.FileBatches.Get(ctx, vs.ID, b.ID)
+		return err == nil && got.Status == openai.VectorStoreFileBatchStatusCompleted && got.FileCounts.Completed == 2
+	}, "batch completed")
+	page, err := client.VectorStores.FileBatches.ListFiles(ctx, vs.ID, b.ID, openai.VectorStoreFileBatchListFilesParams{})
+	if err != nil || len(page.Data) != 2 {
+		t.Fatalf("batch files: %v %+v", err, page)
+	}
+	res, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("glacier valley")}})
+	if err != nil || len(res.Data) == 0 || res.Data[0].FileID != ids[1] {
+		t.Fatalf("search: %v %+v", err, res)
+	}
+	// Cancelling a finished batch changes nothing; a missing file refuses the whole batch.
+	if got, err := client.VectorStores.FileBatches.Cancel(ctx, vs.ID, b.ID); err != nil || got.FileCounts.Completed != 2 || got.Status != openai.VectorStoreFileBatchStatusCompleted {
+		t.Fatalf("cancel: %v %+v", err, got)
+	}
+	if _, err := client.VectorStores.FileBatches.New(ctx, vs.ID, openai.VectorStoreFileBatchNewParams{FileIDs: []string{ids[0], "file-nope"}}); err == nil {
+		t.Fatal("a batch with a missing file was accepted")
 	}
 }

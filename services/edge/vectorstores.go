@@ -105,6 +105,7 @@ func (s *Service) vectorStoreRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.updateVectorStoreFile))
 	mux.HandleFunc("DELETE /v1/vector_stores/{vs}/files/{file}", s.tenantAPI(s.deleteVectorStoreFile))
 	mux.HandleFunc("POST /v1/vector_stores/{vs}/search", s.tenantAPI(s.searchVectorStore))
+	s.batchRoutes(mux)
 }
 
 func vsKey(tenant, vs string) string           { return tenant + "." + vs }
@@ -356,6 +357,11 @@ func (s *Service) deleteVectorStore(w http.ResponseWriter, r *http.Request, k *r
 	files, _ := kvList[vsFileRecord](r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, "*"))
 	for _, f := range files {
 		s.removeFile(r.Context(), k.Tenant, vs.ID, f.ID)
+	}
+	if lister, err := s.vsKV.ListKeysFiltered(r.Context(), vsKey(k.Tenant, vs.ID)+".*"); err == nil {
+		for key := range lister.Keys() {
+			_ = s.vsKV.Delete(r.Context(), key) // the store's batches
+		}
 	}
 	if err := s.vsKV.Delete(r.Context(), vsKey(k.Tenant, vs.ID)); err != nil {
 		s.fileError(w, vs.ID, err)
@@ -736,4 +742,191 @@ func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *r
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "vector_store.search_results.page", "search_query": queries,
 		"data": results, "has_more": false, "next_page": nil})
+}
+
+// FilesBatch is OpenAI's vector store file batch object.
+type FilesBatch struct {
+	ID            string     `json:"id"`
+	Object        string     `json:"object"`
+	CreatedAt     int64      `json:"created_at"`
+	VectorStoreID string     `json:"vector_store_id"`
+	Status        string     `json:"status"`
+	FileCounts    FileCounts `json:"file_counts"`
+}
+
+func (s *Service) batchRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/vector_stores/{vs}/file_batches", s.tenantAPI(s.createBatch))
+	mux.HandleFunc("GET /v1/vector_stores/{vs}/file_batches/{batch}", s.tenantAPI(s.getBatch))
+	mux.HandleFunc("POST /v1/vector_stores/{vs}/file_batches/{batch}/cancel", s.tenantAPI(s.cancelBatch))
+	mux.HandleFunc("GET /v1/vector_stores/{vs}/file_batches/{batch}/files", s.tenantAPI(s.listBatchFiles))
+}
+
+// Batches live in the stores bucket under the store's key (one level
+// deeper, so listing stores never sees them).
+func batchKey(tenant, vs, batch string) string { return tenant + "." + vs + "." + batch }
+
+// batchFiles returns the files of a batch.
+func (s *Service) batchFiles(ctx context.Context, tenant, vs, batch string) []vsFileRecord {
+	all, _ := kvList[vsFileRecord](ctx, s.vsFilesKV, vsFileKey(tenant, vs, "*"))
+	out := all[:0]
+	for _, f := range all {
+		if f.BatchID == batch {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// withCounts fills a batch's counts and status from its files.
+func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) FilesBatch {
+	b.FileCounts = FileCounts{}
+	for _, f := range s.batchFiles(ctx, tenant, b.VectorStoreID, b.ID) {
+		b.FileCounts.Total++
+		switch f.Status {
+		case statusInProgress:
+			b.FileCounts.InProgress++
+		case statusCompleted:
+			b.FileCounts.Completed++
+		case statusFailed:
+			b.FileCounts.Failed++
+		case statusCancelled:
+			b.FileCounts.Cancelled++
+		}
+	}
+	switch {
+	case b.FileCounts.InProgress > 0 && b.Status == "cancelling":
+	case b.FileCounts.InProgress > 0:
+		b.Status = statusInProgress
+	case b.Status == "cancelling" || b.FileCounts.Cancelled > 0:
+		b.Status = statusCancelled
+	case b.FileCounts.Failed > 0 && b.FileCounts.Completed == 0:
+		b.Status = statusFailed
+	default:
+		b.Status = statusCompleted
+	}
+	return b
+}
+
+func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	var req struct {
+		FileIDs          []string          `json:"file_ids"`
+		Attributes       map[string]any    `json:"attributes"`
+		ChunkingStrategy *ChunkingStrategy `json:"chunking_strategy"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.FileIDs) == 0 || len(req.FileIDs) > 500 {
+		contracts.Write(w, contracts.ErrBadRequest("file_ids", contracts.CodeInvalidRequest, "Invalid 'file_ids': expected 1 to 500 file ids."))
+		return
+	}
+	ch, cerr := resolveChunking(req.ChunkingStrategy)
+	if cerr != nil {
+		contracts.Write(w, cerr)
+		return
+	}
+	if e := validAttributes(req.Attributes); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	// Check every file first: a batch is accepted whole or not at all.
+	for _, id := range req.FileIDs {
+		if _, err := s.loadFile(r.Context(), k.Tenant, id); err != nil {
+			contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_ids", Code: contracts.CodeNotFound,
+				Message: fmt.Sprintf("No such File object: %s", id)})
+			return
+		}
+	}
+	b := FilesBatch{ID: sortableID("vsfb_"), Object: "vector_store.files_batch", CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID, Status: statusInProgress}
+	if err := kvPut(r.Context(), s.vsKV, batchKey(k.Tenant, vs.ID, b.ID), b); err != nil {
+		s.fileError(w, b.ID, err)
+		return
+	}
+	for _, id := range req.FileIDs {
+		if _, e := s.attachFile(r.Context(), k, vs, id, req.Attributes, ch, b.ID); e != nil {
+			contracts.Write(w, e)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+}
+
+func (s *Service) loadBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) (FilesBatch, bool) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return FilesBatch{}, false
+	}
+	id := r.PathValue("batch")
+	if !validID("vsfb_", id) {
+		notFound(w, "vector store file batch", id)
+		return FilesBatch{}, false
+	}
+	b, _, err := kvGet[FilesBatch](r.Context(), s.vsKV, batchKey(k.Tenant, vs.ID, id))
+	if err != nil {
+		notFound(w, "vector store file batch", id)
+		return b, false
+	}
+	return b, true
+}
+
+func (s *Service) getBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	if b, ok := s.loadBatch(w, r, k); ok {
+		writeJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+	}
+}
+
+// cancelBatch marks the batch's files still in progress cancelled; their
+// chunks, should a step finish them anyway, are removed.
+func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	b, ok := s.loadBatch(w, r, k)
+	if !ok {
+		return
+	}
+	cancelled := 0
+	for _, f := range s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID) {
+		if f.Status != statusInProgress {
+			continue
+		}
+		cancelled++
+		f.Status = statusCancelled
+		if err := kvPut(r.Context(), s.vsFilesKV, vsFileKey(k.Tenant, b.VectorStoreID, f.ID), f); err != nil {
+			s.fileError(w, f.ID, err)
+			return
+		}
+	}
+	if cancelled == 0 { // nothing left to stop: a finished batch stays as it is
+		writeJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+		return
+	}
+	b.Status = "cancelling"
+	if err := kvPut(r.Context(), s.vsKV, batchKey(k.Tenant, b.VectorStoreID, b.ID), b); err != nil {
+		s.fileError(w, b.ID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+}
+
+func (s *Service) listBatchFiles(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	b, ok := s.loadBatch(w, r, k)
+	if !ok {
+		return
+	}
+	limit, order, ok := listParams(w, r, 20, 100)
+	if !ok {
+		return
+	}
+	filter := r.URL.Query().Get("filter")
+	var files []VectorStoreFile
+	for _, f := range s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID) {
+		if filter == "" || f.Status == filter {
+			files = append(files, f.VectorStoreFile)
+		}
+	}
+	sortByCreated(files, order, func(f VectorStoreFile) (int64, string) { return f.CreatedAt, f.ID })
+	p := pageAfter(files, r.URL.Query().Get("after"), func(f VectorStoreFile) string { return f.ID }, limit)
+	writeJSON(w, http.StatusOK, listPage(p.items, p.more, func(f VectorStoreFile) string { return f.ID }))
 }

@@ -107,7 +107,6 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 		return err
 	}
 	defer r.Close()
-	var attrs map[string]any
 	var chunks []index.Chunk
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -124,8 +123,14 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	if attrs, err = s.fileAttributes(ctx, e.DocRef); err != nil {
+	attrs, live, err := s.fileAttributes(ctx, e.DocRef)
+	if err != nil {
 		return err
+	}
+	if !live {
+		// Removed from the store or cancelled while it was processed:
+		// index nothing, and drop what an earlier version left.
+		return s.deps.Index.DeleteFile(ctx, e.Tenant, e.StoreID, e.FileID)
 	}
 	for i := range chunks {
 		chunks[i].Attributes = attrs
@@ -147,24 +152,26 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 }
 
 // fileAttributes reads the vector store file's attributes (they may change
-// after ingestion started).
-func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (map[string]any, error) {
+// after ingestion started); live is false when the file left the store or
+// its processing was cancelled.
+func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (attrs map[string]any, live bool, err error) {
 	kv, err := s.deps.JS.KeyValue(ctx, events.BucketVectorStoreFiles)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	e, err := kv.Get(ctx, ref.Tenant+"."+ref.StoreID+"."+ref.FileID)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, nil
+			return nil, false, nil
 		}
-		return nil, err
+		return nil, false, err
 	}
 	var rec struct {
+		Status     string         `json:"status"`
 		Attributes map[string]any `json:"attributes"`
 	}
 	_ = json.Unmarshal(e.Value(), &rec)
-	return rec.Attributes, nil
+	return rec.Attributes, rec.Status != "cancelled", nil
 }
 
 func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg string) error {
