@@ -165,3 +165,49 @@ func TestFileBatchAndCancel(t *testing.T) {
 		t.Fatal("a batch with a missing file was accepted")
 	}
 }
+
+// TestEngineDownAndRestartDuringIngest: while the embedding engine fails,
+// the file waits (in_progress, retried); aiforge is restarted in the
+// middle; when the engine is back the file completes. Nothing is stuck or
+// lost.
+func TestEngineDownAndRestartDuringIngest(t *testing.T) {
+	engine, base := sim(t, enginesim.Config{Models: []string{"embed-up"}, EmbeddingDims: 8})
+	engine.SetFailure(enginesim.Failure{Mode: enginesim.FailBeforeFirstToken})
+	dir := t.TempDir()
+	s := startStack(t, stackOpts{dataDir: dir, noCleanup: true})
+	key, _ := s.tenantKey("acme")
+	s.register("embedder", base, "embed-up")
+	ctx := context.Background()
+	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}}, option.WithJSONSet("embedding_model", "embedder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() bool { return engine.Stats().Failed >= 2 }, "the embedder tried the failing engine")
+	if f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID); err != nil || f.Status != openai.VectorStoreFileStatusInProgress {
+		t.Fatalf("while the engine is down the file must wait: %v %+v", err, f)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	s2 := startStack(t, stackOpts{dataDir: dir})
+	client = openai.NewClient(option.WithBaseURL(s2.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	engine.SetFailure(enginesim.Failure{})
+	var f *openai.VectorStoreFile
+	eventually(t, 60*time.Second, func() bool {
+		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
+	}, "file completed after the restart")
+	if f.Status != openai.VectorStoreFileStatusCompleted {
+		t.Fatalf("file %s: %+v", f.Status, f.LastError)
+	}
+	res, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("router overheating lights")}})
+	if err != nil || len(res.Data) == 0 {
+		t.Fatalf("search after restart: %v %+v", err, res)
+	}
+}
