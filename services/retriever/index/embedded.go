@@ -618,7 +618,7 @@ func (e *Embedded) denseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32
 	// expected walk grows as 1/selectivity; past the budget the exact scan is cheaper and exact.
 	ef := e.cfg.HNSW.EfSearch
 	sel := float64(est) / float64(g.live)
-	budget := int(float64(8*max(ef, k)*g.m0) / max(sel, 1e-3))
+	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.m0*max(ef, k)
 	res, complete := g.search(p.dense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
 	if !complete || (len(res) < k && est >= k) {
 		return t.exactDense(p, k, true, tie)

@@ -337,6 +337,14 @@ func testDense(t *testing.T, ix index.Index) {
 	in.Dense[3], in.Dense[0] = 0, 1
 	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Dense: vec(0, 0, 0, 1), Mode: index.ModeDense, Limit: 1})
 	wantIDs(t, "upsert copies the vector", hits, in.ID)
+	// Cosine similarity can be negative; ScoreThreshold 0 means no threshold.
+	opp := chunk("acme", "s1", "f4", 0, "opposite", vec(-1), nil)
+	mustUpsert(t, ix, opp)
+	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Dense: vec(1), Mode: index.ModeDense, Limit: index.MaxLimit})
+	if len(hits) != 6 || hits[5].Chunk.ID != opp.ID {
+		t.Fatalf("opposite vector: %q", texts(hits))
+	}
+	near(t, "opposite vector", hits[5].Score, -1)
 }
 
 func testSparse(t *testing.T, ix index.Index) {
