@@ -10,19 +10,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/embedding"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/lexical"
 	"github.com/aiforge/aiforge/pkg/objstore"
@@ -130,11 +128,14 @@ func (s *Service) handle(ctx context.Context, in *events.DocChunkedV1) error {
 	if dense {
 		for start := 0; start < len(chunks); start += s.cfg.BatchSize {
 			batch := chunks[start:min(start+s.cfg.BatchSize, len(chunks))]
-			vecs, err := s.embed(ctx, in.Tenant, in.EmbeddingModel, batch)
+			inputs := make([]string, len(batch))
+			for i, c := range batch {
+				inputs[i] = c.Text
+			}
+			vecs, err := embedding.Embed(ctx, s.client, embedding.Request{Model: in.EmbeddingModel, Tenant: in.Tenant, KeyID: s.cfg.KeyID, Inputs: inputs})
 			if err != nil {
-				var perm *permanentError
-				if errors.As(err, &perm) {
-					return s.fail(ctx, in.DocRef, in.ContentSHA256, "server_error", perm.Error())
+				if errors.Is(err, embedding.ErrRejected) {
+					return s.fail(ctx, in.DocRef, in.ContentSHA256, "server_error", err.Error())
 				}
 				s.log.Warn("embedding engine unavailable; the file waits", "model", in.EmbeddingModel, "file_id", in.FileID, "err", err)
 				return err
@@ -165,82 +166,6 @@ func (s *Service) fail(ctx context.Context, ref events.DocRef, sha, code, msg st
 		events.DocFailedV1{DocRef: ref, Stage: "embed", Code: code, Message: msg},
 		events.Envelope{ID: "failed-embed-" + ref.StoreID + "-" + ref.FileID + "-" + sha, Source: "embedder", Tenant: ref.Tenant})
 	return err
-}
-
-type permanentError struct{ msg string }
-
-func (p *permanentError) Error() string { return p.msg }
-
-// embed asks the model's workers for the embeddings of a batch, as a
-// client of /v1/embeddings would (base64, which every worker supports).
-func (s *Service) embed(ctx context.Context, tenant, model string, batch []events.DocChunk) ([][]float32, error) {
-	inputs := make([]string, len(batch))
-	for i, c := range batch {
-		inputs[i] = c.Text
-	}
-	body, _ := json.Marshal(map[string]any{"model": model, "input": inputs, "encoding_format": "base64"})
-	var out bytes.Buffer
-	res, err := s.client.Do(ctx, &bridge.OutRequest{
-		Model: model, ID: "emb_" + events.NewID()[:24], Tenant: tenant, KeyID: s.cfg.KeyID,
-		Endpoint: events.EndpointEmbeddings, Body: body,
-	}, func(p []byte) error { out.Write(p); return nil })
-	if err != nil {
-		var be *bridge.Error
-		if errors.As(err, &be) && be.Status >= 400 && be.Status < 500 && be.Status != 429 {
-			return nil, &permanentError{fmt.Sprintf("the embedding model %q rejected the chunks: %s", model, be.Error())}
-		}
-		return nil, err
-	}
-	if res.Status != 200 {
-		return nil, fmt.Errorf("embedder: status %d", res.Status)
-	}
-	var resp struct {
-		Data []struct {
-			Index     int             `json:"index"`
-			Embedding json.RawMessage `json:"embedding"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
-		return nil, fmt.Errorf("embedder: decode embeddings: %w", err)
-	}
-	vecs := make([][]float32, len(batch))
-	for _, d := range resp.Data {
-		if d.Index < 0 || d.Index >= len(vecs) {
-			return nil, &permanentError{"the embedding model answered an index out of range"}
-		}
-		v, err := decodeEmbedding(d.Embedding)
-		if err != nil {
-			return nil, &permanentError{err.Error()}
-		}
-		vecs[d.Index] = v
-	}
-	for i, v := range vecs {
-		if v == nil {
-			return nil, &permanentError{fmt.Sprintf("the embedding model returned no vector for chunk %d", i)}
-		}
-	}
-	return vecs, nil
-}
-
-// decodeEmbedding reads a base64 (little-endian float32) or float array.
-func decodeEmbedding(raw json.RawMessage) ([]float32, error) {
-	var b64 string
-	if json.Unmarshal(raw, &b64) == nil {
-		b, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil || len(b)%4 != 0 {
-			return nil, errors.New("embedder: bad base64 embedding")
-		}
-		v := make([]float32, len(b)/4)
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return v, nil
-	}
-	var f []float32
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, errors.New("embedder: bad embedding")
-	}
-	return f, nil
 }
 
 func readChunks(ctx context.Context, store objstore.Store, key string) ([]events.DocChunk, error) {

@@ -6,20 +6,17 @@ package retriever
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/embedding"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/lexical"
 	"github.com/aiforge/aiforge/pkg/objstore"
@@ -279,27 +276,9 @@ func (s *Service) search(ctx context.Context, req SearchRequest) ([]SearchHit, e
 }
 
 func (s *Service) embedQuery(ctx context.Context, tenant, model, text string) ([]float32, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "input": text, "encoding_format": "base64"})
-	var out bytes.Buffer
-	if _, err := s.client.Do(ctx, &bridge.OutRequest{Model: model, ID: "qemb_" + events.NewID()[:24], Tenant: tenant, KeyID: s.cfg.KeyID,
-		Endpoint: events.EndpointEmbeddings, Body: body}, func(p []byte) error { out.Write(p); return nil }); err != nil {
+	v, err := embedding.Embed(ctx, s.client, embedding.Request{Model: model, Tenant: tenant, KeyID: s.cfg.KeyID, Inputs: []string{text}})
+	if err != nil {
 		return nil, err
 	}
-	var resp struct {
-		Data []struct {
-			Embedding string `json:"embedding"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &resp); err != nil || len(resp.Data) != 1 {
-		return nil, errors.New("retriever: bad embeddings answer")
-	}
-	b, err := base64.StdEncoding.DecodeString(resp.Data[0].Embedding)
-	if err != nil || len(b)%4 != 0 {
-		return nil, errors.New("retriever: bad base64 embedding")
-	}
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v, nil
+	return v[0], nil
 }
