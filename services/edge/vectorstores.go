@@ -160,24 +160,32 @@ func kvList[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([
 	return out, nil
 }
 
+// countFiles tallies files by status.
+func countFiles(files []vsFileRecord) FileCounts {
+	var c FileCounts
+	for _, f := range files {
+		c.Total++
+		switch f.Status {
+		case statusInProgress:
+			c.InProgress++
+		case statusCompleted:
+			c.Completed++
+		case statusFailed:
+			c.Failed++
+		case statusCancelled:
+			c.Cancelled++
+		}
+	}
+	return c
+}
+
 // storeWithCounts recomputes file_counts and status from the store's files.
 func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorStore) VectorStore {
 	files, _ := kvList[vsFileRecord](ctx, s.vsFilesKV, vsFileKey(tenant, vs.ID, "*"))
-	vs.FileCounts = FileCounts{}
+	vs.FileCounts = countFiles(files)
 	vs.UsageBytes = 0
 	for _, f := range files {
-		vs.FileCounts.Total++
 		vs.UsageBytes += f.UsageBytes
-		switch f.Status {
-		case statusInProgress:
-			vs.FileCounts.InProgress++
-		case statusCompleted:
-			vs.FileCounts.Completed++
-		case statusFailed:
-			vs.FileCounts.Failed++
-		case statusCancelled:
-			vs.FileCounts.Cancelled++
-		}
 	}
 	vs.Status = statusCompleted
 	if vs.FileCounts.InProgress > 0 {
@@ -779,20 +787,7 @@ func (s *Service) batchFiles(ctx context.Context, tenant, vs, batch string) []vs
 
 // withCounts fills a batch's counts and status from its files.
 func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) FilesBatch {
-	b.FileCounts = FileCounts{}
-	for _, f := range s.batchFiles(ctx, tenant, b.VectorStoreID, b.ID) {
-		b.FileCounts.Total++
-		switch f.Status {
-		case statusInProgress:
-			b.FileCounts.InProgress++
-		case statusCompleted:
-			b.FileCounts.Completed++
-		case statusFailed:
-			b.FileCounts.Failed++
-		case statusCancelled:
-			b.FileCounts.Cancelled++
-		}
-	}
+	b.FileCounts = countFiles(s.batchFiles(ctx, tenant, b.VectorStoreID, b.ID))
 	switch {
 	case b.FileCounts.InProgress > 0 && b.Status == "cancelling":
 	case b.FileCounts.InProgress > 0:
