@@ -45,6 +45,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.inference(events.EndpointChatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.inference(events.EndpointCompletions))
 	mux.HandleFunc("POST /v1/embeddings", s.inference(events.EndpointEmbeddings))
+	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("GET /v1/models/{id...}", s.getModel)
 
