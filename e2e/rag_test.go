@@ -211,3 +211,34 @@ func TestEngineDownAndRestartDuringIngest(t *testing.T) {
 		t.Fatalf("search after restart: %v %+v", err, res)
 	}
 }
+
+// TestChunkingClampedToTheEmbeddingWindow: a chunk size above the embedding
+// model's input window is clamped, with a warning, never truncated
+// silently.
+func TestChunkingClampedToTheEmbeddingWindow(t *testing.T) {
+	_, base := sim(t, enginesim.Config{Models: []string{"embed-up"}, EmbeddingDims: 8})
+	s := startStack(t, stackOpts{})
+	key, _ := s.tenantKey("acme")
+	ctx := context.Background()
+	if err := s.admin.Do(ctx, "POST", "/admin/v1/models", map[string]any{"name": "small-embedder",
+		"engine": map[string]any{"base_url": base, "model": "embed-up", "max_input_tokens": 256}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{}, option.WithJSONSet("embedding_model", "small-embedder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := client.VectorStores.Files.New(ctx, vs.ID, openai.VectorStoreFileNewParams{FileID: file.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ChunkingStrategy.Static.MaxChunkSizeTokens != 256 || f.ChunkingStrategy.Static.ChunkOverlapTokens != 128 ||
+		!strings.Contains(f.RawJSON(), "input window") {
+		t.Fatalf("not clamped with a warning: %s", f.RawJSON())
+	}
+}

@@ -109,6 +109,9 @@ type Engine struct {
 	// APIKey is sent to the engine; it is never returned by the API.
 	APIKey         string `json:"api_key,omitempty"`
 	MaxConcurrency int    `json:"max_concurrency,omitempty"`
+	// MaxInputTokens is an embedding model's input window; chunking of
+	// vector stores that use the model is clamped to it.
+	MaxInputTokens int `json:"max_input_tokens,omitempty"`
 }
 
 // Model binds a served model name to an engine.
@@ -144,8 +147,8 @@ func ValidateModel(m Model) error {
 	if m.Engine.Model == "" {
 		errs = append(errs, errors.New("engine.model is required"))
 	}
-	if m.Engine.MaxConcurrency < 0 {
-		errs = append(errs, errors.New("engine.max_concurrency must not be negative"))
+	if m.Engine.MaxConcurrency < 0 || m.Engine.MaxInputTokens < 0 {
+		errs = append(errs, errors.New("engine.max_concurrency and engine.max_input_tokens must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -76,8 +76,11 @@ type VectorStoreFile struct {
 	LastError        *LastError       `json:"last_error"`
 	ChunkingStrategy ChunkingStrategy `json:"chunking_strategy"`
 	Attributes       map[string]any   `json:"attributes"`
-	BatchID          string           `json:"-"`
-	ContentSHA256    string           `json:"-"`
+	// Warnings is aiforge's addition, e.g. a chunk size clamped to the
+	// embedding model's input window.
+	Warnings      []string `json:"warnings,omitempty"`
+	BatchID       string   `json:"-"`
+	ContentSHA256 string   `json:"-"`
 }
 
 type vsFileRecord struct {
@@ -469,8 +472,17 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	if attrs == nil {
 		attrs = map[string]any{}
 	}
+	var warnings []string
+	if vs.EmbeddingModel != "" {
+		if m, ok := s.lookupModel(vs.EmbeddingModel); ok && m.Engine.MaxInputTokens > 0 && ch.MaxTokens > m.Engine.MaxInputTokens {
+			warnings = append(warnings, fmt.Sprintf("max_chunk_size_tokens %d exceeds the input window of the embedding model %q; chunks are limited to %d tokens.",
+				ch.MaxTokens, vs.EmbeddingModel, m.Engine.MaxInputTokens))
+			ch.MaxTokens = m.Engine.MaxInputTokens
+			ch.OverlapTokens = min(ch.OverlapTokens, ch.MaxTokens/2)
+		}
+	}
 	rec := vsFileRecord{VectorStoreFile: VectorStoreFile{ID: f.ID, Object: "vector_store.file", UsageBytes: f.Bytes, CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID,
-		Status: statusInProgress, ChunkingStrategy: strategyOf(ch), Attributes: attrs}, BatchID: batchID, ContentSHA256: f.SHA256}
+		Status: statusInProgress, ChunkingStrategy: strategyOf(ch), Attributes: attrs, Warnings: warnings}, BatchID: batchID, ContentSHA256: f.SHA256}
 	if err := kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
 		return VectorStoreFile{}, contracts.ErrInternal("The vector store could not be updated.")
 	}
