@@ -712,9 +712,15 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 			attrs[k] = v
 		}
 		if len(h.Pages) > 0 {
+			// Attribute values are strings, numbers or booleans: the first
+			// page as a number, every page as a comma-separated string.
 			attrs["page"] = h.Pages[0]
 			if len(h.Pages) > 1 {
-				attrs["pages"] = h.Pages
+				ps := make([]string, len(h.Pages))
+				for i, p := range h.Pages {
+					ps[i] = strconv.Itoa(p)
+				}
+				attrs["pages"] = strings.Join(ps, ",")
 			}
 		}
 		if len(h.HeadingPath) > 0 {
