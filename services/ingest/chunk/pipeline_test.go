@@ -3,6 +3,7 @@ package chunk_test
 import (
 	"bytes"
 	"context"
+	"github.com/aiforge/aiforge/pkg/lexical"
 	"reflect"
 	"slices"
 	"strings"
@@ -92,6 +93,34 @@ func BenchmarkExtractAndChunk70Pages(b *testing.B) {
 		doc, chunks := extractAndChunk(b, "report.pdf", data, tok)
 		if doc.Pages != pages || len(chunks) == 0 {
 			b.Fatal("bad result")
+		}
+		n++
+	}
+	b.ReportMetric(float64(pages*n)/b.Elapsed().Seconds(), "pages/s")
+}
+
+// BenchmarkExtractChunkAndSparse70Pages adds what the embedder does with no
+// embedding engine: the sparse lexical vector of every chunk.
+func BenchmarkExtractChunkAndSparse70Pages(b *testing.B) {
+	const pages = 70
+	tok, err := chunk.NewTiktoken()
+	if err != nil {
+		b.Fatal(err)
+	}
+	an := lexical.NewEnglish()
+	data := testpdf.Report(b, pages)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		_, chunks := extractAndChunk(b, "report.pdf", data, tok)
+		terms := 0
+		for _, c := range chunks {
+			_, l := an.TermFreqs(c.Text)
+			terms += l
+		}
+		if terms == 0 {
+			b.Fatal("no terms")
 		}
 		n++
 	}
