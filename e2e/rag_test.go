@@ -242,3 +242,57 @@ func TestChunkingClampedToTheEmbeddingWindow(t *testing.T) {
 		t.Fatalf("not clamped with a warning: %s", f.RawJSON())
 	}
 }
+
+// TestReingestIsIdempotent: adding the same file to a store again leaves
+// exactly the chunks it had (deterministic ids, content-hash keyed work).
+func TestReingestIsIdempotent(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	key, _ := s.tenantKey("acme")
+	ctx := context.Background()
+	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := openai.FileChunkingStrategyParamUnion{OfStatic: &openai.StaticFileChunkingStrategyObjectParam{
+		Static: openai.StaticFileChunkingStrategyParam{MaxChunkSizeTokens: 100, ChunkOverlapTokens: 0}}}
+	count := func() int {
+		res, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{
+			Query:         openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("router lights password network power")},
+			MaxNumResults: openai.Int(50)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, r := range res.Data {
+			if seen[r.Content[0].Text] {
+				t.Fatalf("duplicate chunk: %q", r.Content[0].Text)
+			}
+			seen[r.Content[0].Text] = true
+		}
+		return len(res.Data)
+	}
+	var first int
+	for round := 0; round < 2; round++ {
+		if _, err := client.VectorStores.Files.New(ctx, vs.ID, openai.VectorStoreFileNewParams{FileID: file.ID, ChunkingStrategy: static}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, func() bool {
+			f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+			return err == nil && f.Status == openai.VectorStoreFileStatusCompleted
+		}, "file indexed")
+		n := count()
+		if round == 0 {
+			first = n
+			if n < 2 {
+				t.Fatalf("only %d chunks", n)
+			}
+		} else if n != first {
+			t.Fatalf("re-ingest changed the chunks: %d then %d", first, n)
+		}
+	}
+}

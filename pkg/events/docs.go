@@ -33,6 +33,15 @@ type DocRef struct {
 	Tenant  string `json:"tenant"`
 	StoreID string `json:"vector_store_id"`
 	FileID  string `json:"file_id"`
+	// Run identifies one processing of the file (the ingest request's id);
+	// each step's event ids derive from it, so processing the same file
+	// again is not mistaken for a duplicate of the last run.
+	Run string `json:"run,omitempty"`
+}
+
+// EventID is the id of a step's event for this run.
+func (r DocRef) EventID(step string) string {
+	return step + "-" + r.StoreID + "-" + r.FileID + "-" + r.Run
 }
 
 func (r DocRef) validate() error {

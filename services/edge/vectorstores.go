@@ -486,9 +486,10 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	if err := kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
 		return VectorStoreFile{}, contracts.ErrInternal("The vector store could not be updated.")
 	}
-	ev := events.DocIngestRequestedV1{DocRef: events.DocRef{Tenant: k.Tenant, StoreID: vs.ID, FileID: f.ID}, ObjectKey: f.ObjectKey,
+	ref := events.DocRef{Tenant: k.Tenant, StoreID: vs.ID, FileID: f.ID, Run: events.NewID()[:16]}
+	ev := events.DocIngestRequestedV1{DocRef: ref, ObjectKey: f.ObjectKey,
 		Filename: f.Filename, ContentSHA256: f.SHA256, Chunking: ch, EmbeddingModel: vs.EmbeddingModel, Attributes: attrs, RequestedAt: time.Now().UTC()}
-	env := events.Envelope{ID: "ingest-" + vs.ID + "-" + f.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Source: s.cfg.InstanceID, Tenant: k.Tenant}
+	env := events.Envelope{ID: ref.EventID("ingest"), Source: s.cfg.InstanceID, Tenant: k.Tenant}
 	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIngestRequestedT, events.Token(k.Tenant)), ev, env); err != nil {
 		rec.Status, rec.LastError = statusFailed, &LastError{Code: "server_error", Message: "The ingest request could not be queued."}
 		_ = kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec)

@@ -157,14 +157,14 @@ func (s *Service) handle(ctx context.Context, in *events.DocChunkedV1) error {
 	}
 	out := events.DocEmbeddedV1{DocRef: in.DocRef, VectorsKey: key, Chunks: len(chunks), Dense: dense, ContentSHA256: in.ContentSHA256}
 	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsEmbeddedT, events.Token(in.Tenant)), out,
-		events.Envelope{ID: "embedded-" + in.StoreID + "-" + in.FileID + "-" + in.ContentSHA256, Source: "embedder", Tenant: in.Tenant})
+		events.Envelope{ID: in.DocRef.EventID("embedded"), Source: "embedder", Tenant: in.Tenant})
 	return err
 }
 
 func (s *Service) fail(ctx context.Context, ref events.DocRef, sha, code, msg string) error {
 	_, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(ref.Tenant)),
 		events.DocFailedV1{DocRef: ref, Stage: "embed", Code: code, Message: msg},
-		events.Envelope{ID: "failed-embed-" + ref.StoreID + "-" + ref.FileID + "-" + sha, Source: "embedder", Tenant: ref.Tenant})
+		events.Envelope{ID: ref.EventID("failed-embed"), Source: "embedder", Tenant: ref.Tenant})
 	return err
 }
 

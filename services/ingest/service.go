@@ -111,14 +111,14 @@ func (s *Service) handle(ctx context.Context, req *events.DocIngestRequestedV1) 
 		s.log.Info("file failed", "tenant", req.Tenant, "vector_store_id", req.StoreID, "file_id", req.FileID, "err", p.err)
 		f := events.DocFailedV1{DocRef: req.DocRef, Stage: "ingest", Code: p.code, Message: p.err.Error()}
 		_, perr := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(req.Tenant)), f,
-			events.Envelope{ID: "failed-ingest-" + req.StoreID + "-" + req.FileID + "-" + req.ContentSHA256, Source: "ingest", Tenant: req.Tenant})
+			events.Envelope{ID: req.DocRef.EventID("failed-ingest"), Source: "ingest", Tenant: req.Tenant})
 		return perr
 	}
 	if err != nil {
 		return err // transient: retried with backoff
 	}
 	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsChunkedT, events.Token(req.Tenant)), *ev,
-		events.Envelope{ID: "chunked-" + req.StoreID + "-" + req.FileID + "-" + req.ContentSHA256, Source: "ingest", Tenant: req.Tenant})
+		events.Envelope{ID: req.DocRef.EventID("chunked"), Source: "ingest", Tenant: req.Tenant})
 	return err
 }
 

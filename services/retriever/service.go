@@ -144,7 +144,7 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 	}
 	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIndexedT, events.Token(e.Tenant)),
 		events.DocIndexedV1{DocRef: e.DocRef, Chunks: len(chunks), ContentSHA256: e.ContentSHA256},
-		events.Envelope{ID: "indexed-" + e.StoreID + "-" + e.FileID + "-" + e.ContentSHA256, Source: "retriever", Tenant: e.Tenant})
+		events.Envelope{ID: e.DocRef.EventID("indexed"), Source: "retriever", Tenant: e.Tenant})
 	return err
 }
 
@@ -174,7 +174,7 @@ func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (attrs 
 func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg string) error {
 	_, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(e.Tenant)),
 		events.DocFailedV1{DocRef: e.DocRef, Stage: "index", Code: code, Message: msg},
-		events.Envelope{ID: "failed-index-" + e.StoreID + "-" + e.FileID + "-" + e.ContentSHA256, Source: "retriever", Tenant: e.Tenant})
+		events.Envelope{ID: e.DocRef.EventID("failed-index"), Source: "retriever", Tenant: e.Tenant})
 	return err
 }
 
