@@ -83,7 +83,7 @@ func TestRealPDFKeywordSearch(t *testing.T) {
 	for q, want := range map[string]string{
 		"How do I start a goroutine running a function concurrently?": "goroutine",
 		"What happens when a deferred function panics and recovers?":  "recover",
-		"Which kinds of values can be compared for equality?":          "comparable",
+		"Which kinds of values can be compared for equality?":         "comparable",
 	} {
 		res, err := client.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String(q)}})
 		if err != nil || len(res.Data) == 0 {
