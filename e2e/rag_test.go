@@ -107,6 +107,20 @@ func TestDocumentsToSearch(t *testing.T) {
 		if _, err := oc.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("connect")}}); err == nil {
 			t.Fatalf("store %q: another tenant searched it", model)
 		}
+		if model != "" {
+			// Embedding work is metered like any other request.
+			metered := false
+			for _, evs := range usageEvents(t, s.app.NATS()) {
+				for _, u := range evs {
+					if u.Tenant == "acme" && u.KeyID == "system:embedder" && u.Endpoint == "embeddings" && u.PromptTokens > 0 {
+						metered = true
+					}
+				}
+			}
+			if !metered {
+				t.Fatal("no usage event for the embedding of the chunks")
+			}
+		}
 		// Removing the file removes its chunks.
 		if _, err := client.VectorStores.Files.Delete(ctx, vs.ID, file.ID); err != nil {
 			t.Fatal(err)
