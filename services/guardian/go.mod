@@ -1,0 +1,3 @@
+module github.com/aiforge/aiforge/services/guardian
+
+go 1.26
