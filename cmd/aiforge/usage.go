@@ -263,6 +263,21 @@ type auditReport struct {
 // errAuditDifferences makes the command exit non-zero without an extra line.
 var errAuditDifferences = fmt.Errorf("the audit found differences")
 
+// windowQuery reads --from and --to (default: the last 24 hours) as the
+// admin usage endpoints' from/to query.
+func windowQuery(from, to string) (time.Time, time.Time, url.Values, error) {
+	start, err := parseWhen(from, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		return start, start, nil, fmt.Errorf("--from: %w", err)
+	}
+	end, err := parseWhen(to, time.Now())
+	if err != nil {
+		return start, end, nil, fmt.Errorf("--to: %w", err)
+	}
+	q := url.Values{"from": {strconv.FormatInt(start.Unix(), 10)}, "to": {strconv.FormatInt(end.Unix(), 10)}}
+	return start, end, q, nil
+}
+
 func usageAuditCmd() *cobra.Command {
 	var from, to string
 	c := &cobra.Command{
@@ -274,17 +289,12 @@ func usageAuditCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			start, err := parseWhen(from, time.Now().Add(-24*time.Hour))
+			start, end, q, err := windowQuery(from, to)
 			if err != nil {
-				return fmt.Errorf("--from: %w", err)
-			}
-			end, err := parseWhen(to, time.Now())
-			if err != nil {
-				return fmt.Errorf("--to: %w", err)
+				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "auditing %s .. %s (replaying the usage stream) ...\n", start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
 			var rep auditReport
-			q := url.Values{"from": {strconv.FormatInt(start.Unix(), 10)}, "to": {strconv.FormatInt(end.Unix(), 10)}}
 			if err := cl.Do(cmd.Context(), http.MethodPost, "/admin/v1/usage/audit?"+q.Encode(), nil, &rep); err != nil {
 				return err
 			}
@@ -319,15 +329,10 @@ func usageExportCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			start, err := parseWhen(from, time.Now().Add(-24*time.Hour))
+			_, _, q, err := windowQuery(from, to)
 			if err != nil {
-				return fmt.Errorf("--from: %w", err)
+				return err
 			}
-			end, err := parseWhen(to, time.Now())
-			if err != nil {
-				return fmt.Errorf("--to: %w", err)
-			}
-			q := url.Values{"from": {strconv.FormatInt(start.Unix(), 10)}, "to": {strconv.FormatInt(end.Unix(), 10)}}
 			if tenant != "" {
 				q.Set("tenant", tenant)
 			}
