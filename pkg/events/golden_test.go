@@ -43,10 +43,47 @@ var goldenEvents = []Event{
 		StartedAt:          time.Date(2025, 6, 1, 9, 30, 0, 125000000, time.UTC),
 		FinishedAt:         time.Date(2025, 6, 1, 9, 30, 2, 250000000, time.UTC),
 	},
+	&ModelUploadedV1{
+		Name:       "llama-lora-support",
+		Version:    3,
+		Kind:       ModelKindAdapter,
+		BaseModel:  "meta-llama/Llama-3.1-8B-Instruct",
+		Source:     ModelSource{Type: ModelSourceHub, Repo: "acme/support-lora", Revision: "main", Commit: "0123456789abcdef0123456789abcdef01234567"},
+		Prefix:     "models/llama-lora-support/v3/",
+		Files:      []ModelFile{{Path: "adapter_model.safetensors", Size: 1048584, SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}},
+		Manifest:   map[string]string{"adapter_model.safetensors": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+		UploadedAt: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
+	},
+	&ModelVerdictV1{
+		Name:       "llama-lora-support",
+		Version:    3,
+		Status:     VerdictRejected,
+		Reasons:    []ModelReason{{Code: "code_bearing_pickle", Message: "pickle content is code-bearing and never loaded", File: "training_args.bin"}},
+		Files:      []ModelFile{{Path: "training_args.bin", Size: 4664, SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}},
+		License:    "needs-review",
+		Parameters: 262144,
+		DTypes:     map[string]int64{"BF16": 262144},
+		Format:     "safetensors",
+		ScannedAt:  time.Date(2026, 11, 29, 10, 0, 1, 500000000, time.UTC),
+	},
+	&ModelPullRequestedV1{
+		PullID:      "pull-5e1c",
+		Name:        "llama-lora-support",
+		Kind:        ModelKindAdapter,
+		BaseModel:   "meta-llama/Llama-3.1-8B-Instruct",
+		Repo:        "acme/support-lora",
+		Revision:    "main",
+		RequestedAt: time.Date(2026, 11, 29, 9, 59, 0, 0, time.UTC),
+	},
 }
 
 func goldenRegistry() *Registry {
-	return NewRegistry(func() Event { return new(UsageRecordedV1) })
+	return NewRegistry(
+		func() Event { return new(UsageRecordedV1) },
+		func() Event { return new(ModelUploadedV1) },
+		func() Event { return new(ModelVerdictV1) },
+		func() Event { return new(ModelPullRequestedV1) },
+	)
 }
 
 func TestGolden(t *testing.T) {

@@ -52,6 +52,14 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			Replicas:    o.Replicas,
 		},
 		{
+			Name:        StreamModels,
+			Description: "the model flow: uploads and hub pulls, the guardian's verdicts",
+			Subjects:    []string{ModelsAll},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		{
 			Name:        StreamBudget,
 			Description: "budget alerts: a soft budget crossed, once per period",
 			Subjects:    []string{BudgetAll},
@@ -87,6 +95,9 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketFiles, "files per tenant: metadata of uploaded files"),
 		mk(BucketVectorStores, "vector stores per tenant"),
 		mk(BucketVectorStoreFiles, "files of vector stores with their processing status"),
+		mk(BucketCatalog, "the model catalog: versions, files, verdicts, licences"),
+		mk(BucketDeployments, "the catalog version each served model runs, with its history"),
+		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: BucketRateLimits, Description: "requests and tokens per key and minute", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 3 * time.Minute},
 	}

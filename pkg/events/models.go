@@ -1,0 +1,217 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The model flow: an upload or a hub pull puts a model version's files in the
+// object store and publishes ModelUploadedV1; the guardian scans them and
+// publishes ModelVerdictV1; the catalog (BucketCatalog) records the outcome.
+// Only a published version can be deployed or served.
+const (
+	// ModelsUploadedT says a version's files are stored and await the
+	// guardian: Token(model name).
+	ModelsUploadedT = "aiforge.models.uploaded.v1.%s"
+	// ModelsVerdictT carries the guardian's verdict: Token(model name).
+	ModelsVerdictT = "aiforge.models.verdict.v1.%s"
+	// ModelsPullRequestedT asks the guardian's mirror to pull a hub
+	// repository: Token(model name). It never carries a hub token.
+	ModelsPullRequestedT = "aiforge.models.pull.requested.v1.%s"
+	// ModelsAll matches every model event.
+	ModelsAll = "aiforge.models.>"
+	// StreamModels holds the model flow's events.
+	StreamModels = "MODELS"
+	// BucketCatalog holds the catalog: model name -> versions.
+	BucketCatalog = "aiforge_catalog"
+	// BucketDeployments holds which catalog version each served model name
+	// runs, with its history (rollback is one call).
+	BucketDeployments = "aiforge_deployments"
+	// BucketUploads holds upload sessions in progress (resumable multipart
+	// uploads of model files).
+	BucketUploads = "aiforge_uploads"
+)
+
+// Model kinds.
+const (
+	ModelKindModel   = "model"
+	ModelKindAdapter = "adapter"
+)
+
+// Model sources.
+const (
+	ModelSourceUpload = "upload"
+	ModelSourceHub    = "hub"
+)
+
+// Verdict statuses.
+const (
+	VerdictPublished = "published"
+	VerdictRejected  = "rejected"
+)
+
+// ModelFile is one file of a model version.
+type ModelFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// ModelSource says where a version came from: an upload, or a hub
+// repository pinned to a commit.
+type ModelSource struct {
+	Type     string `json:"type"` // upload, hub
+	Repo     string `json:"repo,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+}
+
+func (s ModelSource) validate() error {
+	switch s.Type {
+	case ModelSourceUpload:
+		return nil
+	case ModelSourceHub:
+		if s.Repo == "" || s.Commit == "" {
+			return errors.New("a hub source needs repo and commit")
+		}
+		return nil
+	}
+	return fmt.Errorf("source type %q is not upload or hub", s.Type)
+}
+
+// ModelReason is one typed cause of a rejection: a stable code, the file it
+// concerns (empty for the whole version) and a human message.
+type ModelReason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	File    string `json:"file,omitempty"`
+}
+
+// TypeModelUploadedV1 is the type name of ModelUploadedV1.
+const TypeModelUploadedV1 = "aiforge.models.uploaded.v1"
+
+// ModelUploadedV1: a version's files are in the object store under Prefix
+// (the key of a file is Prefix + Path) and must be scanned.
+type ModelUploadedV1 struct {
+	Name      string      `json:"name"`
+	Version   int         `json:"version"`
+	Kind      string      `json:"kind"`
+	BaseModel string      `json:"base_model,omitempty"`
+	Source    ModelSource `json:"source"`
+	Prefix    string      `json:"prefix"`
+	// Files are as stored: sizes and SHA-256 computed while writing.
+	Files []ModelFile `json:"files"`
+	// Manifest holds the expected SHA-256 of files (path -> hex) given by
+	// the uploader or the hub's LFS pointers; the guardian compares them.
+	Manifest   map[string]string `json:"manifest,omitempty"`
+	UploadedAt time.Time         `json:"uploaded_at"`
+}
+
+func (ModelUploadedV1) EventType() string { return TypeModelUploadedV1 }
+
+func (e ModelUploadedV1) Validate() error {
+	errs := []error{validateModelRef(e.Name, e.Version, e.Kind, e.BaseModel), e.Source.validate()}
+	if e.Prefix == "" || !strings.HasSuffix(e.Prefix, "/") {
+		errs = append(errs, errors.New("prefix is required and ends with /"))
+	}
+	for _, f := range e.Files {
+		if f.Path == "" || f.Size < 0 {
+			errs = append(errs, fmt.Errorf("file %q: path is required and size must not be negative", f.Path))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TypeModelVerdictV1 is the type name of ModelVerdictV1.
+const TypeModelVerdictV1 = "aiforge.models.verdict.v1"
+
+// ModelVerdictV1 is the guardian's verdict on a version. Any error during
+// the scan is a rejection (fail-closed).
+type ModelVerdictV1 struct {
+	Name    string        `json:"name"`
+	Version int           `json:"version"`
+	Status  string        `json:"status"` // published, rejected
+	Reasons []ModelReason `json:"reasons,omitempty"`
+	Files   []ModelFile   `json:"files"`
+	// License is an SPDX-like id, or "needs-review".
+	License string `json:"license"`
+	// Parameters is computed from the tensor shapes.
+	Parameters int64 `json:"parameters"`
+	// DTypes holds parameters per dtype.
+	DTypes    map[string]int64 `json:"dtypes,omitempty"`
+	Format    string           `json:"format,omitempty"` // safetensors, gguf
+	ScannedAt time.Time        `json:"scanned_at"`
+}
+
+func (ModelVerdictV1) EventType() string { return TypeModelVerdictV1 }
+
+func (e ModelVerdictV1) Validate() error {
+	errs := []error{validateModelRef(e.Name, e.Version, ModelKindModel, "")}
+	switch e.Status {
+	case VerdictPublished:
+		if len(e.Reasons) > 0 {
+			errs = append(errs, errors.New("a published verdict has no reasons"))
+		}
+	case VerdictRejected:
+		if len(e.Reasons) == 0 {
+			errs = append(errs, errors.New("a rejected verdict needs at least one reason"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("status %q is not published or rejected", e.Status))
+	}
+	for _, r := range e.Reasons {
+		if r.Code == "" || r.Message == "" {
+			errs = append(errs, errors.New("every reason needs a code and a message"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TypeModelPullRequestedV1 is the type name of ModelPullRequestedV1.
+const TypeModelPullRequestedV1 = "aiforge.models.pull.requested.v1"
+
+// ModelPullRequestedV1 asks the mirror to pull Repo at Revision into the
+// catalog under Name. The hub token is the guardian's own configuration and
+// never travels on the bus.
+type ModelPullRequestedV1 struct {
+	PullID      string    `json:"pull_id"`
+	Name        string    `json:"name"`
+	Kind        string    `json:"kind"`
+	BaseModel   string    `json:"base_model,omitempty"`
+	Repo        string    `json:"repo"`
+	Revision    string    `json:"revision"`
+	RequestedAt time.Time `json:"requested_at"`
+}
+
+func (ModelPullRequestedV1) EventType() string { return TypeModelPullRequestedV1 }
+
+func (e ModelPullRequestedV1) Validate() error {
+	errs := []error{validateModelRef(e.Name, 1, e.Kind, e.BaseModel)}
+	if e.PullID == "" || e.Repo == "" || e.Revision == "" {
+		errs = append(errs, errors.New("pull_id, repo and revision are required"))
+	}
+	return errors.Join(errs...)
+}
+
+func validateModelRef(name string, version int, kind, base string) error {
+	var errs []error
+	if name == "" {
+		errs = append(errs, errors.New("name is required"))
+	}
+	if version < 1 {
+		errs = append(errs, fmt.Errorf("version %d must be at least 1", version))
+	}
+	switch kind {
+	case ModelKindModel:
+	case ModelKindAdapter:
+		if base == "" {
+			errs = append(errs, errors.New("an adapter needs base_model"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("kind %q is not model or adapter", kind))
+	}
+	return errors.Join(errs...)
+}
