@@ -513,7 +513,7 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 	case err != nil:
 		// Decode returns nothing else today; retry like a handler failure.
 	default:
-		err = c.call(ctx, env, ev)
+		err = c.call(ctx, msg, env, ev)
 		if err == nil {
 			c.stats.handled.Add(1)
 			c.ack(log, msg)
@@ -533,10 +533,15 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 }
 
 // call runs the handler with a context that carries the envelope, survives
-// Run's cancellation and expires after AckWait; a panic becomes an error.
-func (c *Consumer) call(ctx context.Context, env Envelope, ev Event) (err error) {
-	hctx, cancel := context.WithTimeout(ContextWithEnvelope(context.WithoutCancel(ctx), env), c.cfg.AckWait)
-	defer cancel()
+// Run's cancellation and expires after AckWait, unless the handler extends
+// it with InProgress; a panic becomes an error.
+func (c *Consumer) call(ctx context.Context, msg jetstream.Msg, env Envelope, ev Event) (err error) {
+	hctx, cancel := context.WithCancelCause(ContextWithEnvelope(context.WithoutCancel(ctx), env))
+	defer cancel(nil)
+	l := &lease{msg: msg, wait: c.cfg.AckWait}
+	l.timer = time.AfterFunc(c.cfg.AckWait, func() { cancel(context.DeadlineExceeded) })
+	defer l.timer.Stop()
+	hctx = context.WithValue(hctx, leaseKey{}, l)
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("events: handler panic", "type", env.Type, "id", env.ID, "panic", r, "stack", string(debug.Stack()))
@@ -544,6 +549,37 @@ func (c *Consumer) call(ctx context.Context, env Envelope, ev Event) (err error)
 		}
 	}()
 	return c.h(hctx, env, ev)
+}
+
+type leaseKey struct{}
+
+// lease is a handler's hold on its message: the server redelivers after
+// AckWait unless the handler says it is still working.
+type lease struct {
+	msg   jetstream.Msg
+	wait  time.Duration
+	timer *time.Timer
+}
+
+// InProgress tells the server that the handler whose context this is is
+// still working on its message, resetting both the server's AckWait and the
+// handler context's expiry; long handlers (a model download) call it as they
+// make progress. It returns an error when ctx is not a handler's context or
+// the server could not be told; the handler's context is extended only when
+// the server was told.
+func InProgress(ctx context.Context) error {
+	l, ok := ctx.Value(leaseKey{}).(*lease)
+	if !ok {
+		return errors.New("events: InProgress outside a consumer handler")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.msg.InProgress(); err != nil {
+		return fmt.Errorf("events: in progress: %w", err)
+	}
+	l.timer.Reset(l.wait)
+	return nil
 }
 
 func (c *Consumer) ack(log *slog.Logger, msg jetstream.Msg) {

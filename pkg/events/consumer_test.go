@@ -710,3 +710,59 @@ func TestHeaderValue(t *testing.T) {
 		t.Errorf("headerValue truncated badly: %d bytes", len(got))
 	}
 }
+
+// A handler that keeps telling the server it is working holds its message
+// well past AckWait: no redelivery, and its context does not expire.
+func TestConsumerInProgressExtendsTheLease(t *testing.T) {
+	js, _ := newJS(t)
+	ctx := testCtx(t)
+	const ackWait = 400 * time.Millisecond
+	var calls atomic.Int64
+	var expired atomic.Bool
+	c := newConsumer(t, js, ConsumerConfig{AckWait: ackWait}, func(hctx context.Context, _ Envelope, _ Event) error {
+		calls.Add(1)
+		for range 12 { // 12 × AckWait/4 = 3 × AckWait
+			time.Sleep(ackWait / 4)
+			if err := InProgress(hctx); err != nil {
+				expired.Store(true)
+				return err
+			}
+		}
+		return hctx.Err()
+	})
+	start(t, c)
+	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "handled", func() bool { return c.Stats().Handled == 1 })
+	if n := calls.Load(); n != 1 || expired.Load() {
+		t.Fatalf("handler called %d times (want 1), lease expired: %v", n, expired.Load())
+	}
+	if err := InProgress(ctx); err == nil {
+		t.Fatal("InProgress outside a handler succeeded")
+	}
+}
+
+// Without InProgress the handler's context ends after AckWait.
+func TestConsumerHandlerContextExpiresAfterAckWait(t *testing.T) {
+	js, _ := newJS(t)
+	ctx := testCtx(t)
+	errs := make(chan error, 4)
+	c := newConsumer(t, js, ConsumerConfig{AckWait: 300 * time.Millisecond, MaxDeliver: 1}, func(hctx context.Context, _ Envelope, _ Event) error {
+		<-hctx.Done()
+		errs <- context.Cause(hctx)
+		return hctx.Err()
+	})
+	start(t, c)
+	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cause %v, want deadline exceeded", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("handler context never ended")
+	}
+}

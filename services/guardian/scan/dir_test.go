@@ -53,6 +53,21 @@ func TestSniff(t *testing.T) {
 		{"blob", []byte{0x00, 0x01, 0x02}, "unknown"},
 		{"empty", nil, "empty"},
 		{"tok.txt", []byte("caf\xc3"), "text"}, // rune cut by head limit
+		{"logo.png", pngFile, "image"},
+		{"a.jpg", jpegFile, "image"},
+		{"a.gif", gifFile, "image"},
+		{"a.webp", webpFile, "image"},
+		{"pytorch_model.bin", gifFile, "pickle"},
+		{"model.safetensors", pngFile, "safetensors"},
+		{"tokenizer.model", writeSP("<unk>", "a"), "sentencepiece"},
+		{"tokenizer.bin", writeSP("<unk>", "a"), "pickle"},
+		{"spm", writeSP("<unk>", "a"), "unknown"},
+		{"m.gguf", []byte("hello"), "gguf"},
+		{"model.safetensors", []byte("hello"), "safetensors"},
+		{"weights", []byte("cos\nsystem\nq\x01h\x01."), "pickle"},
+		{"empty.safetensors", nil, "safetensors"},
+		{"empty.bin", nil, "empty"},
+		{"__init__.py", nil, "python"},
 	}
 	for _, c := range cases {
 		if got := Sniff(c.name, c.head); got != c.want {
@@ -102,7 +117,8 @@ func TestScanDirRefusals(t *testing.T) {
 		{"zip traversal", map[string][]byte{"model.pt": zipWith(t, "../evil", "ok")}, CodeZipTraversal},
 		{"keras", map[string][]byte{"model.h5": hdf5File}, CodeKeras},
 		{"python", map[string][]byte{"modeling_x.py": []byte("import os\nos.system('x')\n")}, CodePython},
-		{"unknown binary", map[string][]byte{"tokenizer.model": {0x0a, 0x00, 0x01}}, CodeUnknownFormat},
+		{"unknown binary", map[string][]byte{"blob.dat": {0x0a, 0x00, 0x01}}, CodeUnknownFormat},
+		{"malformed sentencepiece", map[string][]byte{"tokenizer.model": {0x0a, 0x00, 0x01}}, CodeSentencePiece},
 		{"invalid json", map[string][]byte{"config.json": []byte(`{"a":1,}`)}, CodeJSONInvalid},
 		{"bad safetensors", map[string][]byte{"model.safetensors": rawST(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 3)}, CodeSTOffsets},
 		{"bad gguf", map[string][]byte{"m.gguf": []byte("GGUF\x07\x00\x00\x00")}, CodeGGUF},

@@ -110,7 +110,14 @@ func FuzzScanGGUF(f *testing.F) {
 	f.Add(writeGGUF(2, 32, nil, []ggufT{{"x", []uint64{8}, 1, 0}}, 16))
 	f.Add(writeGGUF(3, 32, []ggufKV{{"k", ggufArray, strArray("x", "yy")}}, nil, 0))
 	f.Add([]byte("GGUF"))
+	f.Add(ggufHugeString())
+	f.Add(ggufSetU64(8, 1<<40))
+	f.Add(writeGGUF(3, 32, []ggufKV{{"k", ggufArray, append(u32b(ggufString), le64(1<<40)...)}}, nil, 0))
+	f.Add(writeGGUF(3, 64, []ggufKV{{"general.alignment", ggufU32, uint32(64)}}, []ggufT{{"x", []uint64{8}, 0, 8}}, 64))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ScanGGUF(bytes.NewReader(b), int64(len(b)))
+		rep, rs := ScanGGUF(bytes.NewReader(b), int64(len(b)))
+		if len(rs) == 0 && (rep.Params < 0 || string(b[:4]) != "GGUF") {
+			t.Fatalf("accepted %+v", rep)
+		}
 	})
 }

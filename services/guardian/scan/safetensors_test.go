@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"testing"
 )
@@ -90,10 +91,30 @@ func FuzzScanSafetensors(f *testing.F) {
 	f.Add(rawST(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,1]}}`, 1))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{'})
 	f.Add([]byte{})
+	f.Add(writeST(nil, stT{"e", "F16", []int64{0, 3}}, stT{"s", "F64", nil}, stT{"x", "F8_E4M3", []int64{5}}))
+	f.Add(rawST(`{"a":{"dtype":"U8","shape":[1],"shape":[1],"data_offsets":[0,1]}}`, 1))
+	f.Add(rawST(`{"__metadata__":{"k":1}}`, 0))
+	f.Add(rawST(`{"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}}`, 1))
+	f.Add(rawST(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}`, 3))
+	f.Add(append([]byte{2, 0, 0, 0, 0, 0, 0, 0}, "{}"...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rep, rs := ScanSafetensors(bytes.NewReader(b), int64(len(b)))
-		if len(rs) == 0 && rep.Params < 0 {
+		if len(rs) != 0 {
+			return
+		}
+		if rep.Params < 0 {
 			t.Fatalf("negative params")
+		}
+		var sum int64
+		for _, n := range rep.DTypes {
+			sum += n
+		}
+		if sum != rep.Params {
+			t.Fatalf("dtypes sum %d, params %d", sum, rep.Params)
+		}
+		// an accepted file's tensor data fits exactly behind its header
+		if n := binary.LittleEndian.Uint64(b[:8]); n > uint64(len(b)-8) || b[8] != '{' {
+			t.Fatalf("accepted a header of %d bytes in a %d-byte file", n, len(b))
 		}
 	})
 }

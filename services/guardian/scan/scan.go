@@ -25,7 +25,7 @@ type FileReport struct {
 	Path    string
 	Size    int64
 	SHA256  string
-	Format  string // safetensors, gguf, json, text, empty, pickle, zip, keras, python, unknown
+	Format  string // safetensors, gguf, sentencepiece, image, json, text, empty, pickle, zip, keras, python, unknown
 	Tensors int
 	Params  int64
 	DTypes  map[string]int64 // params per dtype
@@ -39,6 +39,14 @@ type Verdict struct {
 	Files    []FileReport
 	License  string // spdx-ish id, or "needs-review"
 	Params   int64
+	// Format is the weight format of the upload: "safetensors" or "gguf";
+	// empty when it holds no valid weight file. Params and DTypes count the
+	// weights of this format only.
+	Format string
+	DTypes map[string]int64 // params per dtype, summed over the weight files
+	// BaseModel is an adapter's base_model_name_or_path, for information
+	// only (Kind "adapter"); the catalog decides what it binds to.
+	BaseModel string
 }
 
 // Stable reason codes.
@@ -65,6 +73,9 @@ const (
 	CodeUnknownFormat      = "unknown_format"
 	CodeJSONInvalid        = "json_invalid"
 	CodeEmptyUpload        = "empty_upload"
+	CodeSentencePiece      = "sentencepiece_invalid"
+	CodeAdapter            = "adapter_invalid"
+	CodeKind               = "kind_unknown"
 	LicenseNeedsReview     = "needs-review"
 	maxSafetensorsHeader   = 100 << 20
 	sniffHeadLen           = 4096
@@ -86,11 +97,22 @@ var (
 // detection). Anything not clearly safetensors/GGUF/JSON/UTF-8 text is given
 // a refused format ("pickle", "zip", "keras", "python" or "unknown").
 func Sniff(name string, head []byte) string {
+	named := nameFormat(name)
 	if len(head) == 0 {
-		if strings.HasSuffix(strings.ToLower(name), ".py") {
-			return "python"
+		if named == "" || named == "pickle" {
+			return "empty"
 		}
-		return "empty"
+		// the weight and tokenizer validators reject an empty file; an empty
+		// .py is still refused as code
+		return named
+	}
+	if isImage(head) {
+		// A loader picks files by name: torch.load would read an image under
+		// a pickle name as a pickle (GIF's 'G' is a pickle opcode).
+		if named != "" {
+			return named
+		}
+		return "image"
 	}
 	switch {
 	case head[0] == 0x80: // PROTO opcode (protocol >= 2) or anything else non-UTF-8
@@ -110,25 +132,78 @@ func Sniff(name string, head []byte) string {
 		}
 	}
 	if !isText(head) {
+		if pickleGlobal.Match(head) { // protocol 1: binary opcodes around a GLOBAL
+			return "pickle"
+		}
+		if named != "" && named != "python" {
+			// a candidate only: the format's validator decides
+			return named
+		}
 		return "unknown"
 	}
 	if looksLikePickleText(head) {
 		return "pickle"
 	}
-	lower := strings.ToLower(path.Base(name))
-	for _, ext := range pickleNames {
-		if strings.HasSuffix(lower, ext) {
-			return "pickle"
-		}
-	}
-	if strings.HasSuffix(lower, ".py") || strings.HasSuffix(lower, ".pyw") || strings.HasSuffix(lower, ".pyi") {
-		return "python"
+	if named != "" {
+		return named
 	}
 	t := bytes.TrimLeft(head, " \t\r\n\ufeff")
 	if len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		return "json"
 	}
 	return "text"
+}
+
+// nameFormat is the format a file's name commits it to: loaders choose
+// files by name, so a file under such a name is validated (or refused) as
+// that format whatever its content looks like. Empty when the name is
+// neutral.
+func nameFormat(name string) string {
+	lower := strings.ToLower(path.Base(name))
+	switch {
+	case strings.HasSuffix(lower, ".safetensors"):
+		return "safetensors"
+	case strings.HasSuffix(lower, ".gguf"):
+		return "gguf"
+	case isSentencePieceName(lower):
+		return "sentencepiece"
+	case hasPickleName(lower):
+		return "pickle"
+	case strings.HasSuffix(lower, ".py"), strings.HasSuffix(lower, ".pyw"), strings.HasSuffix(lower, ".pyi"):
+		return "python"
+	}
+	return ""
+}
+
+func hasPickleName(name string) bool {
+	lower := strings.ToLower(path.Base(name))
+	for _, ext := range pickleNames {
+		if strings.HasSuffix(lower, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+// isImage recognises PNG, JPEG, GIF and WebP by their magic bytes. Images
+// are never decoded; they are inert data in model cards.
+func isImage(head []byte) bool {
+	switch {
+	case bytes.HasPrefix(head, []byte("\x89PNG\r\n\x1a\n")),
+		bytes.HasPrefix(head, []byte("\xff\xd8\xff")),
+		bytes.HasPrefix(head, []byte("GIF87a")), bytes.HasPrefix(head, []byte("GIF89a")):
+		return true
+	case len(head) >= 12 && bytes.HasPrefix(head, []byte("RIFF")) && string(head[8:12]) == "WEBP":
+		return true
+	}
+	return false
+}
+
+// isSentencePieceName reports whether name is a SentencePiece model file
+// name: *.model (tokenizer.model, spiece.model, sentencepiece.bpe.model).
+func isSentencePieceName(name string) bool {
+	base := strings.ToLower(path.Base(name))
+	return strings.HasSuffix(base, ".model") && len(base) > len(".model")
 }
 
 // isText reports whether head is UTF-8 text without NULs or unusual control

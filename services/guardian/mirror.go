@@ -1,0 +1,276 @@
+package guardian
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/services/guardian/hub"
+	"github.com/aiforge/aiforge/services/guardian/scan"
+)
+
+// UploadedID is the event id of the upload event the mirror publishes for a
+// version it pulled.
+func UploadedID(name string, version int) string {
+	return fmt.Sprintf("uploaded-%s-v%d", name, version)
+}
+
+// handlePull mirrors a hub repository at a commit into a new catalog
+// version, then hands it to the scanner with a ModelUploadedV1. Hub
+// failures reject the version; bus, catalog and store failures are retried
+// (a retried pull resumes: files already stored with the right digest are
+// not downloaded again).
+func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequestedV1) error {
+	log := s.log.With("model", req.Name, "repo", req.Repo, "revision", req.Revision, "pull_id", req.PullID)
+	cat := s.catalog()
+	source := catalog.Source{Type: events.ModelSourceHub, Repo: req.Repo, Revision: req.Revision}
+
+	commit, err := s.hub.Resolve(ctx, req.Repo, req.Revision)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("hub pull refused: resolving the revision failed", "err", s.redact(err.Error()))
+		return s.rejectNew(ctx, req, source, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
+	}
+	source.Commit = commit
+	log = log.With("commit", commit)
+
+	var v catalog.Version
+	entry, err := cat.Get(ctx, req.Name)
+	switch {
+	case err == nil:
+		if prev, ok := entry.FindSource(req.Repo, commit); ok {
+			if prev.Status != catalog.StatusMirroring {
+				log.Info("hub pull skipped: this commit is already in the catalog", "version", prev.Version, "status", prev.Status)
+				return nil
+			}
+			log.Info("resuming an interrupted hub pull", "version", prev.Version)
+			v = *prev
+		}
+	case errors.Is(err, catalog.ErrNotFound):
+	default:
+		return err
+	}
+	if v.Version == 0 {
+		v, err = cat.AddVersion(ctx, req.Name, req.Kind, req.BaseModel, catalog.Version{
+			Status: catalog.StatusMirroring, Source: source, Progress: &catalog.Progress{},
+		})
+		if err != nil {
+			if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
+				log.Warn("hub pull refused by the catalog", "err", err)
+				return nil
+			}
+			return err
+		}
+	}
+	log = log.With("version", v.Version)
+
+	files, err := s.hub.ListFiles(ctx, req.Repo, commit)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return s.reject(ctx, req.Name, v.Version, nil, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
+	}
+	prog := &progress{s: s, name: req.Name, version: v.Version, p: catalog.Progress{FilesTotal: len(files)}}
+	for _, f := range files {
+		prog.p.BytesTotal += f.Size
+	}
+	prog.flush(ctx, true)
+
+	stored := make([]catalog.File, 0, len(files))
+	manifest := map[string]string{}
+	downloaded := 0
+	for _, f := range files {
+		key := v.Prefix + f.Path
+		if f.SHA256 != "" {
+			manifest[f.Path] = f.SHA256
+			if info, err := s.deps.Objects.Stat(ctx, key); err == nil && info.Size == f.Size && info.SHA256 == f.SHA256 {
+				stored = append(stored, catalog.File{Path: f.Path, Size: info.Size, SHA256: info.SHA256})
+				prog.add(ctx, f.Size, true)
+				continue
+			}
+		}
+		info, reason, err := s.fetch(ctx, req.Repo, commit, f, key, prog)
+		if err != nil {
+			return err
+		}
+		if reason != nil {
+			log.Warn("hub pull rejected", "file", f.Path, "code", reason.Code, "err", reason.Message)
+			return s.reject(ctx, req.Name, v.Version, stored, *reason)
+		}
+		downloaded++
+		stored = append(stored, catalog.File{Path: f.Path, Size: info.Size, SHA256: info.SHA256})
+		prog.add(ctx, 0, true)
+	}
+
+	if _, err := cat.UpdateVersion(ctx, req.Name, v.Version, func(cv *catalog.Version) error {
+		cv.Status, cv.Files, cv.Source = catalog.StatusScanning, stored, source
+		p := prog.snapshot()
+		cv.Progress = &p
+		return nil
+	}); err != nil {
+		if errors.Is(err, catalog.ErrConflict) {
+			return nil // settled meanwhile (rejected, say)
+		}
+		return err
+	}
+	up := events.ModelUploadedV1{
+		Name: req.Name, Version: v.Version, Kind: kindOr(req.Kind), BaseModel: req.BaseModel, Source: source,
+		Prefix: v.Prefix, Files: stored, Manifest: manifest, UploadedAt: time.Now().UTC(),
+	}
+	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsUploadedT, events.Token(req.Name)), up,
+		events.Envelope{ID: UploadedID(req.Name, v.Version), Source: "guardian"}); err != nil {
+		return fmt.Errorf("guardian: publish upload: %w", err)
+	}
+	log.Info("hub pull stored; scanning", "files", len(stored), "downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
+	return nil
+}
+
+func kindOr(k string) string {
+	if k == "" {
+		return events.ModelKindModel
+	}
+	return k
+}
+
+// fetch streams one file from the hub into the object store while the hub
+// client hashes it. A hub failure (a digest or size mismatch among them) is
+// a reason to reject; a store failure is an error to retry.
+func (s *Service) fetch(ctx context.Context, repo, commit string, f hub.File, key string, prog *progress) (objstore.Info, *catalog.Reason, error) {
+	pr, pw := io.Pipe()
+	type result struct {
+		sum string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := s.hub.Download(ctx, repo, commit, f, pw, func(n int64) { prog.add(ctx, n, false) })
+		if err == nil {
+			_ = pw.Close()
+		} else {
+			_ = pw.CloseWithError(err)
+		}
+		done <- result{sum, err}
+	}()
+	info, putErr := s.deps.Objects.Put(ctx, key, pr, f.Size, "")
+	_ = pr.CloseWithError(errors.New("guardian: the object store stopped reading"))
+	res := <-done
+	switch {
+	case res.err != nil && ctx.Err() != nil:
+		return objstore.Info{}, nil, ctx.Err()
+	case res.err != nil:
+		code := CodeHubError
+		if errors.Is(res.err, hub.ErrMismatch) {
+			code = scan.CodeHashMismatch
+		}
+		return objstore.Info{}, &catalog.Reason{Code: code, File: f.Path, Message: s.redact(res.err.Error())}, nil
+	case putErr != nil:
+		return objstore.Info{}, nil, fmt.Errorf("guardian: store %s: %w", f.Path, putErr)
+	case info.SHA256 != res.sum || info.Size != f.Size:
+		_ = s.deps.Objects.Delete(ctx, key)
+		return objstore.Info{}, &catalog.Reason{Code: scan.CodeHashMismatch, File: f.Path,
+			Message: fmt.Sprintf("the store recorded sha256 %s (%d bytes), the download hashed %s (%d bytes)", info.SHA256, info.Size, res.sum, f.Size)}, nil
+	}
+	return info, nil, nil
+}
+
+// rejectNew records a version that failed before anything was downloaded,
+// so the pull's failure is visible in the catalog.
+func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV1, source catalog.Source, r catalog.Reason) error {
+	v, err := s.catalog().AddVersion(ctx, req.Name, req.Kind, req.BaseModel, catalog.Version{Status: catalog.StatusMirroring, Source: source})
+	if err != nil {
+		if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
+			s.log.Warn("hub pull refused by the catalog", "model", req.Name, "err", err)
+			return nil
+		}
+		return err
+	}
+	return s.reject(ctx, req.Name, v.Version, nil, r)
+}
+
+// reject publishes a rejected verdict for a pulled version and records it.
+func (s *Service) reject(ctx context.Context, name string, version int, files []catalog.File, r catalog.Reason) error {
+	verdict := events.ModelVerdictV1{
+		Name: name, Version: version, Status: events.VerdictRejected, Reasons: []catalog.Reason{r},
+		Files: files, License: "needs-review", ScannedAt: time.Now().UTC(),
+	}
+	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsVerdictT, events.Token(name)), verdict,
+		events.Envelope{ID: VerdictID(name, version), Source: "guardian"}); err != nil {
+		return fmt.Errorf("guardian: publish verdict: %w", err)
+	}
+	if _, err := s.catalog().ApplyVerdict(ctx, verdict); err != nil {
+		return fmt.Errorf("guardian: record verdict: %w", err)
+	}
+	return nil
+}
+
+// redact removes the hub token from s (defence in depth: the hub client
+// never puts it in errors in the first place).
+func (s *Service) redact(msg string) string {
+	if s.cfg.HubToken == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, s.cfg.HubToken, "[REDACTED]")
+}
+
+// progress tracks a pull's download and writes it to the catalog at most
+// every ProgressEvery.
+type progress struct {
+	s       *Service
+	name    string
+	version int
+
+	mu   sync.Mutex
+	p    catalog.Progress
+	last time.Time
+}
+
+func (p *progress) snapshot() catalog.Progress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.p
+}
+
+// add counts n bytes (and a finished file when fileDone) and flushes when
+// due.
+func (p *progress) add(ctx context.Context, n int64, fileDone bool) {
+	p.mu.Lock()
+	p.p.BytesDone += n
+	if fileDone {
+		p.p.FilesDone++
+	}
+	p.mu.Unlock()
+	p.flush(ctx, false)
+}
+
+func (p *progress) flush(ctx context.Context, force bool) {
+	p.mu.Lock()
+	if !force && time.Since(p.last) < p.s.cfg.ProgressEvery {
+		p.mu.Unlock()
+		return
+	}
+	p.last = time.Now()
+	snap := p.p
+	p.mu.Unlock()
+	// Data is flowing: keep the pull's message leased, so a long download
+	// is never redelivered mid-way while a stalled one is.
+	if err := events.InProgress(ctx); err != nil {
+		p.s.log.Debug("extending the pull's lease", "model", p.name, "version", p.version, "err", err)
+	}
+	_, err := p.s.catalog().UpdateVersion(ctx, p.name, p.version, func(v *catalog.Version) error {
+		v.Progress = &snap
+		return nil
+	})
+	if err != nil {
+		p.s.log.Debug("progress update", "model", p.name, "version", p.version, "err", err)
+	}
+}
