@@ -50,6 +50,7 @@ require (
 
 require (
 	github.com/aiforge/aiforge/services/embedder v0.0.0
+	github.com/aiforge/aiforge/services/guardian v0.0.0
 	github.com/aiforge/aiforge/services/ingest v0.0.0
 	github.com/aiforge/aiforge/services/retriever v0.0.0
 	github.com/aiforge/aiforge/services/usage v0.0.0
@@ -93,3 +94,5 @@ replace github.com/aiforge/aiforge/services/ingest => ./services/ingest
 replace github.com/aiforge/aiforge/services/embedder => ./services/embedder
 
 replace github.com/aiforge/aiforge/services/retriever => ./services/retriever
+
+replace github.com/aiforge/aiforge/services/guardian => ./services/guardian

@@ -341,6 +341,7 @@ func modelsCmd() *cobra.Command {
 	}
 	pp.add(price, "")
 	c.AddCommand(register, list, price, del)
+	c.AddCommand(modelFlowCmds()...)
 	return c
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/aiforge/aiforge/internal/app"
+	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/services/guardian"
 	"github.com/aiforge/aiforge/services/worker"
 )
 
@@ -21,6 +23,8 @@ type serveFlags struct {
 	logLevel   string
 	grace      time.Duration
 	retention  time.Duration
+	hubURL     string
+	hubHosts   []string
 }
 
 func (f *serveFlags) add(c *cobra.Command, embedded bool) {
@@ -28,6 +32,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
+	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
+	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store and the admin key")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for `aiforge run` sidecars")
@@ -61,7 +67,44 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.Streams.UsageMaxAge = f.retention
 	o.WorkerDefaults.DrainTimeout = f.grace
+	s3, err := s3FromEnv()
+	if err != nil {
+		return app.Options{}, err
+	}
+	o.S3 = s3
+	o.Guardian.HubURL = f.hubURL
+	o.Guardian.HubRedirectHosts = f.hubHosts
+	// The hub token comes from the environment only, never a flag (flags
+	// show in process listings).
+	o.Guardian.HubToken = os.Getenv("AIFORGE_HUB_TOKEN")
+	if o.Guardian.HubToken == "" {
+		o.Guardian.HubToken = os.Getenv("HF_TOKEN")
+	}
 	return o, nil
+}
+
+// s3FromEnv configures an S3 object store (shared by the services that keep
+// blobs: edge, ingest, embedder, guardian, workers) from AIFORGE_S3_*; nil
+// keeps blobs under the data dir. Credentials come from the environment
+// only, never from flags.
+func s3FromEnv() (*objstore.S3Config, error) {
+	endpoint := os.Getenv("AIFORGE_S3_ENDPOINT")
+	if endpoint == "" {
+		return nil, nil
+	}
+	c := &objstore.S3Config{
+		Endpoint:        endpoint,
+		Region:          os.Getenv("AIFORGE_S3_REGION"),
+		Bucket:          os.Getenv("AIFORGE_S3_BUCKET"),
+		AccessKeyID:     os.Getenv("AIFORGE_S3_ACCESS_KEY_ID"),
+		SecretAccessKey: os.Getenv("AIFORGE_S3_SECRET_ACCESS_KEY"),
+		UseSSL:          env("AIFORGE_S3_INSECURE", "") == "",
+		CreateBucket:    env("AIFORGE_S3_CREATE_BUCKET", "") != "",
+	}
+	if c.Bucket == "" || c.AccessKeyID == "" || c.SecretAccessKey == "" {
+		return nil, fmt.Errorf("AIFORGE_S3_ENDPOINT is set: AIFORGE_S3_BUCKET, AIFORGE_S3_ACCESS_KEY_ID and AIFORGE_S3_SECRET_ACCESS_KEY are required too")
+	}
+	return c, nil
 }
 
 func upCmd() *cobra.Command {

@@ -34,6 +34,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge"
 	"github.com/aiforge/aiforge/services/embedder"
+	"github.com/aiforge/aiforge/services/guardian"
 	"github.com/aiforge/aiforge/services/ingest"
 	"github.com/aiforge/aiforge/services/retriever"
 	"github.com/aiforge/aiforge/services/retriever/index"
@@ -68,6 +69,9 @@ type Options struct {
 	Usage usage.Config
 	// Worker is the engine binding for the "worker" target.
 	Worker worker.Config
+	// Guardian configures the model scanner and hub mirror (its HubToken
+	// comes from the environment only).
+	Guardian guardian.Config
 	// Edge and WorkerDefaults tune the services.
 	Edge           edge.Config
 	WorkerDefaults worker.Config
@@ -94,13 +98,14 @@ var modules = map[string]module{
 	"ingest":    {deps: []string{"bus"}, build: (*App).buildIngest},
 	"embedder":  {deps: []string{"bus"}, build: (*App).buildEmbedder},
 	"retriever": {deps: []string{"bus"}, build: (*App).buildRetriever},
+	"guardian":  {deps: []string{"bus"}, build: (*App).buildGuardian},
 }
 
 // groups name sets of modules. Modules start in this order (after their
 // dependencies) and stop in reverse: the edge starts last and stops first,
 // so it drains its open streams while the workers still serve them.
 var groups = map[string][]string{
-	"all": {"usage", "retriever", "embedder", "ingest", "workers", "edge"},
+	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.
@@ -445,8 +450,18 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	if err != nil {
 		return nil, nil, err
 	}
-	sup, err := worker.NewSupervisor(worker.SupervisorConfig{WorkerDefaults: a.opts.WorkerDefaults},
-		worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer()})
+	// With an object store the workers also serve the catalog's published
+	// LoRA adapters, materialised under DataDir/adapters.
+	objects, err := a.objects()
+	if err != nil {
+		return nil, nil, err
+	}
+	scfg := worker.SupervisorConfig{WorkerDefaults: a.opts.WorkerDefaults}
+	if a.opts.DataDir != "" {
+		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
+	}
+	sup, err := worker.NewSupervisor(scfg,
+		worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -528,6 +543,25 @@ func (a *App) buildRetriever() (func(context.Context) error, func() bool, error)
 		defer func() { _ = idx.Close() }()
 		return s.Run(ctx)
 	}, nil, nil
+}
+
+func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) {
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := a.opts.Guardian
+	if cfg.ScratchDir == "" && a.opts.DataDir != "" {
+		cfg.ScratchDir = filepath.Join(a.opts.DataDir, "scratch")
+		if err := os.MkdirAll(cfg.ScratchDir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("guardian scratch dir: %w", err)
+		}
+	}
+	s, err := guardian.New(cfg, guardian.Deps{JS: a.js, Objects: objects, Logger: a.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Run, nil, nil
 }
 
 // Store opens the registry on the process's bus (for in-process tools).

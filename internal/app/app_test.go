@@ -12,7 +12,7 @@ func TestOrderPutsDependenciesFirstAndEdgeLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bus", "usage", "retriever", "embedder", "ingest", "workers", "edge"}
+	want := []string{"bus", "usage", "retriever", "embedder", "ingest", "guardian", "workers", "edge"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("order(all) = %v, want %v (the edge must stop first)", got, want)
 	}

@@ -15,6 +15,7 @@
 //	POST /v1/chat/completions   (streaming and not, tool calls)
 //	POST /v1/completions        (streaming and not)
 //	POST /v1/embeddings         (float and base64 encodings)
+//	POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's runtime LoRA API)
 //
 // and can be told to be slow (time to first token, tokens per second) or to
 // fail in specific ways (error before the first token, error event mid-stream,

@@ -153,7 +153,9 @@ func (s *Sim) resolveModel(m string) (string, *apiError) {
 		return s.models[0], nil
 	}
 	if _, ok := s.modelSet[m]; !ok {
-		return "", modelNotFound(m)
+		if _, lora := s.loraPath(m); !lora {
+			return "", modelNotFound(m)
+		}
 	}
 	return m, nil
 }

@@ -146,6 +146,13 @@ type Sim struct {
 	tokensSent atomic.Int64
 	rejected   atomic.Int64
 
+	// Runtime LoRA adapters (lora.go): name -> path, in load order.
+	loraMu      sync.RWMutex
+	loras       map[string]string
+	loraOrder   []string
+	loraLoads   atomic.Int64
+	loraUnloads atomic.Int64
+
 	lastMu          sync.Mutex
 	lastHeaders     http.Header
 	lastPostHeaders http.Header
@@ -430,6 +437,9 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errUnauthorized)
 		return
 	}
+	if s.serveLoRA(w, r, path) {
+		return
+	}
 	switch {
 	case ep != epNone:
 		w.Header()["Allow"] = hdrAllowPost
@@ -442,13 +452,15 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				msg: "Method " + r.Method + " not allowed on " + path})
 			return
 		}
-		body := s.modelsJSON
+		var body []byte
 		if id, ok := strings.CutPrefix(path, "/v1/models/"); ok {
-			if _, known := s.modelSet[id]; !known {
+			var known bool
+			if body, known = s.modelObject(id); !known {
 				writeError(w, modelNotFound(id))
 				return
 			}
-			body = appendModel(nil, id)
+		} else {
+			body = s.modelList()
 		}
 		writeJSON(w, http.StatusOK, body)
 	default:

@@ -30,6 +30,8 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/models", s.admin(s.listAdminModels))
 	mux.HandleFunc("GET /admin/v1/models/{name...}", s.admin(s.getAdminModel))
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
+	s.catalogRoutes(mux)
+	s.uploadRoutes(mux)
 }
 
 func constantEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

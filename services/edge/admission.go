@@ -120,6 +120,14 @@ func (s *Service) estimateCost(model string, now time.Time, inputTokens, outputT
 	h, ok := s.prices[model]
 	s.pricesMu.RUnlock()
 	if !ok {
+		// An adapter without a price of its own costs what its base costs.
+		if base, isAdapter := s.adapterBase(model); isAdapter {
+			s.pricesMu.RLock()
+			h, ok = s.prices[base]
+			s.pricesMu.RUnlock()
+		}
+	}
+	if !ok {
 		return 0
 	}
 	p, ok := h.At(now)

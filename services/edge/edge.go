@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
@@ -54,6 +55,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Streams tunes stream definitions created at start.
 	Streams events.StreamOptions
+	// UploadPartBytes is the part size of resumable model uploads. Default
+	// 64 MiB.
+	UploadPartBytes int64
 }
 
 // Validate reports every problem with c; it never mutates c.
@@ -62,7 +66,7 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 {
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -95,6 +99,8 @@ type Service struct {
 	tracer trace.Tracer
 
 	store   *registry.Store
+	catalog *catalog.Store
+	uploads jetstream.KeyValue
 	client  *bridge.Client
 	metrics *metrics
 
@@ -109,6 +115,10 @@ type Service struct {
 
 	pricesMu sync.RWMutex
 	prices   map[string]registry.PriceHistory
+
+	// The catalog as /v1/models shows it (catalogview.go): published
+	// adapters and deployments.
+	cv catalogView
 
 	budgetKV  jetstream.KeyValue
 	rateKV    jetstream.KeyValue
@@ -156,6 +166,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 30 * time.Second
+	}
+	if cfg.UploadPartBytes == 0 {
+		cfg.UploadPartBytes = 64 << 20
 	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
@@ -214,6 +227,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("edge: %w", err)
 	}
 	s.store = store
+	if s.catalog, err = catalog.Open(ctx, s.deps.JS); err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	if s.uploads, err = s.deps.JS.KeyValue(ctx, events.BucketUploads); err != nil {
+		return fmt.Errorf("edge: bucket %s: %w", events.BucketUploads, err)
+	}
 	if s.budgetKV, err = s.deps.JS.KeyValue(ctx, events.BucketBudgets); err != nil {
 		return fmt.Errorf("edge: bucket %s: %w", events.BucketBudgets, err)
 	}
@@ -251,6 +270,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); s.watchModels(watchCtx) }()
 	go func() { defer wg.Done(); s.watchTenants(watchCtx) }()
 	go func() { defer wg.Done(); s.watchPrices(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.watchCatalogView(watchCtx) }()
 	defer func() { stopWatch(); wg.Wait() }()
 
 	ln := s.deps.Listener
@@ -270,7 +291,7 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	// Ready once every watcher delivered its initial state.
-	for s.synced.Load() < 4 {
+	for s.synced.Load() < 4 || !s.cv.synced() {
 		select {
 		case <-ctx.Done():
 		case err := <-serveErr:
@@ -402,9 +423,14 @@ func (s *Service) lookupKey(id string) *registry.Key {
 	return k
 }
 
+// lookupModel resolves a served model name: a registered model, else a
+// published adapter of one (catalogview.go).
 func (s *Service) lookupModel(name string) (registry.Model, bool) {
 	s.modelsMu.RLock()
 	m, ok := s.models[name]
 	s.modelsMu.RUnlock()
-	return m, ok
+	if ok {
+		return m, true
+	}
+	return s.lookupAdapter(name)
 }

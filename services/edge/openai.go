@@ -138,6 +138,12 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Parent is the base model of a LoRA adapter (as vLLM lists them).
+	Parent string `json:"parent,omitempty"`
+	// Catalog and Version name the catalog version served: an adapter's
+	// newest published version, or a model's deployment.
+	Catalog string `json:"aiforge_catalog,omitempty"`
+	Version int    `json:"aiforge_version,omitempty"`
 }
 
 func toModelObject(m registry.Model) modelObject {
@@ -154,13 +160,29 @@ func (s *Service) listModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.modelsMu.RLock()
-	data := make([]modelObject, 0, len(s.models))
+	served := make([]registry.Model, 0, len(s.models))
 	for _, m := range s.models {
 		if k.Allows(m.Name) {
-			data = append(data, toModelObject(m))
+			served = append(served, m)
 		}
 	}
 	s.modelsMu.RUnlock()
+	for _, a := range s.cv.adapterList() {
+		if !k.Allows(a.name) {
+			continue
+		}
+		if m, ok := s.lookupModel(a.name); ok && m.Name == a.name {
+			served = append(served, m)
+		}
+	}
+	data := make([]modelObject, 0, len(served))
+	seen := make(map[string]bool, len(served))
+	for _, m := range served {
+		if !seen[m.Name] { // a registered model shadows an adapter's name
+			seen[m.Name] = true
+			data = append(data, s.modelObjectOf(m))
+		}
+	}
 	sortModels(data)
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -188,7 +210,7 @@ func (s *Service) getModel(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrModelNotAllowed(id))
 		return
 	}
-	writeJSON(w, http.StatusOK, toModelObject(m))
+	writeJSON(w, http.StatusOK, s.modelObjectOf(m))
 }
 
 // inferFields are the request fields the edge reads; the body itself goes

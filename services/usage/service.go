@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
 	"github.com/aiforge/aiforge/pkg/registry"
@@ -194,8 +196,8 @@ func (s *Service) Run(ctx context.Context) error {
 // each has delivered its initial state, so the first event is costed and
 // settled with the prices and budgets in force.
 func (s *Service) watchRegistry(ctx, bg context.Context, wg *sync.WaitGroup, store *registry.Store) error {
-	initial := make(chan struct{}, 3)
-	errs := make(chan error, 3)
+	initial := make(chan struct{}, 4)
+	errs := make(chan error, 4)
 	signal := func(done *bool) {
 		if !*done {
 			*done = true
@@ -210,10 +212,40 @@ func (s *Service) watchRegistry(ctx, bg context.Context, wg *sync.WaitGroup, sto
 		})
 	}
 
+	// The price book holds the registered price histories, plus, for each
+	// LoRA adapter of the catalog without a price of its own, its base
+	// model's history under the adapter's name: an adapter is billed like
+	// its base unless priced separately.
+	var pmu sync.Mutex                           // prices and adapters are watched on two goroutines
 	prices := map[string]registry.PriceHistory{} // KV key → history
-	var pricesDone bool
+	adapters := map[string]string{}              // catalog KV key → "adapter\x00base"
+	var pricesDone, adaptersDone bool
+	rebuild := func() {
+		byModel := make(map[string]registry.PriceHistory, len(prices)+len(adapters))
+		for _, h := range prices {
+			byModel[h.Model] = h
+		}
+		for _, ab := range adapters {
+			name, base, _ := strings.Cut(ab, "\x00")
+			if _, own := byModel[name]; own {
+				continue
+			}
+			for _, h := range prices {
+				if h.Model == base {
+					byModel[name] = registry.PriceHistory{Model: name, Prices: h.Prices}
+				}
+			}
+		}
+		hs := make([]registry.PriceHistory, 0, len(byModel))
+		for _, h := range byModel {
+			hs = append(hs, h)
+		}
+		s.prices.Store(ledger.NewPriceBook(hs, s.cfg.Discounts))
+	}
 	run("prices", func(c context.Context) error {
 		return store.WatchPrices(c, func(ch registry.Change[registry.PriceHistory], initialDone bool) {
+			pmu.Lock()
+			defer pmu.Unlock()
 			switch {
 			case initialDone:
 			case ch.Deleted:
@@ -222,12 +254,29 @@ func (s *Service) watchRegistry(ctx, bg context.Context, wg *sync.WaitGroup, sto
 				prices[ch.Key] = ch.Value
 			}
 			if initialDone || pricesDone {
-				hs := make([]registry.PriceHistory, 0, len(prices))
-				for _, h := range prices {
-					hs = append(hs, h)
-				}
-				s.prices.Store(ledger.NewPriceBook(hs, s.cfg.Discounts))
+				rebuild()
 				signal(&pricesDone)
+			}
+		})
+	})
+	run("catalog", func(c context.Context) error {
+		cat, err := catalog.Open(c, s.deps.JS)
+		if err != nil {
+			return err
+		}
+		return cat.Watch(c, func(key string, e catalog.Entry, deleted, initialDone bool) {
+			pmu.Lock()
+			defer pmu.Unlock()
+			switch {
+			case initialDone:
+			case deleted:
+				delete(adapters, key)
+			case e.Kind == events.ModelKindAdapter:
+				adapters[key] = e.Name + "\x00" + e.BaseModel
+			}
+			if initialDone || adaptersDone {
+				rebuild()
+				signal(&adaptersDone)
 			}
 		})
 	})
@@ -280,7 +329,7 @@ func (s *Service) watchRegistry(ctx, bg context.Context, wg *sync.WaitGroup, sto
 			}
 		})
 	})
-	for range 3 {
+	for range 4 {
 		select {
 		case <-initial:
 		case err := <-errs:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
 	"github.com/aiforge/aiforge/pkg/registry"
@@ -355,5 +356,44 @@ func TestAuditOfAnEmptyWindow(t *testing.T) {
 	}
 	if got, want := sum(d.Data), h.expected(scoped, nil); got != want {
 		t.Fatalf("beta's dump %+v, want %+v", got, want)
+	}
+}
+
+// A LoRA adapter without a price of its own is billed at its base model's
+// price; one with its own price pays that.
+func TestAdapterBilledAtBasePrice(t *testing.T) {
+	h := newHarness(t)
+	h.setPrices()
+	ctx := context.Background()
+	cat, err := catalog.Open(ctx, h.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"m1-support", "m1-priced"} {
+		if _, err := cat.AddVersion(ctx, name, events.ModelKindAdapter, "m1", catalog.Version{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.store.SetPrice(ctx, "m1-priced", registry.Price{EffectiveFrom: h.base.Add(-30 * 24 * time.Hour), InputPerMTokUSD: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(Config{}, nil)
+	T := h.base.Add(time.Hour)
+	var pubs []pub
+	for i, m := range []string{"m1", "m1-support", "m1-priced"} {
+		u := recorded(h, i+1, "acme", "k", m, events.EndpointChatCompletions, T, 1000, 0, 300, "ok")
+		pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: u, id: u.RequestID})
+	}
+	h.publish(pubs)
+	waitFolded(t, r.svc, h.lastSeq())
+	cost := map[string]int64{}
+	for _, b := range h.ledgerDump(h.base, h.base.Add(48*time.Hour), "").Data {
+		cost[b.Model] += b.CostNano
+	}
+	if cost["m1"] == 0 || cost["m1-support"] != cost["m1"] {
+		t.Errorf("adapter cost %d, base cost %d: want equal and non-zero", cost["m1-support"], cost["m1"])
+	}
+	if want := int64(1000 * 1000); cost["m1-priced"] != want {
+		t.Errorf("priced adapter cost %d, want %d (its own price)", cost["m1-priced"], want)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -164,6 +165,10 @@ type Deps struct {
 	// HTTPClient is optional; the default has a transport tuned for many
 	// concurrent long streams to one host, and no overall timeout.
 	HTTPClient *http.Client
+	// Objects holds the catalog's model files. A Supervisor given one serves
+	// the published LoRA adapters of the models it runs; without it,
+	// adapters are not served. A single worker ignores it.
+	Objects objstore.Store
 }
 
 func (d Deps) validate() error {

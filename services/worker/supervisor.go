@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -28,6 +31,10 @@ type SupervisorConfig struct {
 	WorkerDefaults Config
 	// RetryInterval separates failed starts of a worker. Default 2s.
 	RetryInterval time.Duration
+	// AdapterDir is where LoRA adapter files are materialised for the
+	// engines to load (engines must see the same path). Default
+	// os.TempDir()/aiforge-adapters.
+	AdapterDir string
 }
 
 // SupervisorDeps are the Supervisor's collaborators (the workers').
@@ -44,6 +51,13 @@ type Supervisor struct {
 	byKey   map[string]string      // KV key -> model name
 	status  map[string]string
 	wg      sync.WaitGroup
+
+	// LoRA adapters (adapters.go), guarded by mu.
+	runCtx          context.Context
+	catalogAdapters map[string]catalog.Entry // adapter name -> entry
+	catalogKeys     map[string]string        // catalog KV key -> adapter name
+	adapters        map[string]*adapterRun   // adapter name -> run
+	adapterStatus   map[string]string
 }
 
 // supervised is one model's worker loop.
@@ -69,6 +83,9 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = 2 * time.Second
 	}
+	if cfg.AdapterDir == "" {
+		cfg.AdapterDir = filepath.Join(os.TempDir(), "aiforge-adapters")
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -81,6 +98,11 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 		workers: make(map[string]*supervised),
 		byKey:   make(map[string]string),
 		status:  make(map[string]string),
+
+		catalogAdapters: make(map[string]catalog.Entry),
+		catalogKeys:     make(map[string]string),
+		adapters:        make(map[string]*adapterRun),
+		adapterStatus:   make(map[string]string),
 	}, nil
 }
 
@@ -94,11 +116,24 @@ func (s *Supervisor) Status() map[string]string {
 
 // Run watches the registry's models until ctx ends: it starts a worker per
 // model, restarts it when its binding changes and stops it when the model is
-// deleted. On ctx done it stops every worker (each drains) and returns.
-func (s *Supervisor) Run(ctx context.Context) error {
+// deleted. With Deps.Objects it also serves the published LoRA adapters of
+// those models (adapters.go). On ctx done it stops every worker (each
+// drains) and returns.
+func (s *Supervisor) Run(parent context.Context) error {
+	// ctx ends with parent or when the registry watch fails, so that every
+	// goroutine started below ends before stopAll waits for them.
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	store, err := registry.Open(ctx, s.deps.JS)
 	if err != nil {
 		return fmt.Errorf("worker supervisor: %w", err)
+	}
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
+	if s.deps.Objects != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.watchCatalog(ctx) }()
 	}
 	werr := store.WatchModels(ctx, func(c registry.Change[registry.Model], initialDone bool) {
 		if initialDone {
@@ -110,8 +145,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.apply(ctx, c.Key, c.Value)
 	})
+	cancel()
 	s.stopAll()
-	if werr != nil && ctx.Err() == nil {
+	if werr != nil && parent.Err() == nil {
 		return fmt.Errorf("worker supervisor: %w", werr)
 	}
 	return nil
@@ -142,6 +178,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, m registry.Model) {
 		defer close(w.done)
 		s.loop(wctx, w)
 	}()
+	s.reconcileAdaptersLocked()
 }
 
 // remove stops the worker of a deleted model.
@@ -155,6 +192,7 @@ func (s *Supervisor) remove(key string) {
 	delete(s.byKey, key)
 	s.log.Info("model deleted; stopping its worker", "model", name)
 	s.stopLocked(name)
+	s.reconcileAdaptersLocked()
 }
 
 // stopLocked cancels a model's worker without waiting for its drain: the
@@ -173,6 +211,7 @@ func (s *Supervisor) stopAll() {
 	for name := range s.workers {
 		s.stopLocked(name)
 	}
+	s.stopAdaptersLocked()
 	s.mu.Unlock()
 	s.wg.Wait()
 }

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aiforge/aiforge/internal/cli"
+	"github.com/aiforge/aiforge/pkg/catalog"
+)
+
+// modelFlowCmds are the catalog subcommands of `aiforge models`: uploads,
+// hub pulls, the catalog and deployments.
+func modelFlowCmds() []*cobra.Command {
+	return []*cobra.Command{uploadCmd(), pullCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
+}
+
+func progressOn(w io.Writer, label string) func(int64) *cli.Progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = cli.IsTerminal(f)
+	}
+	return func(total int64) *cli.Progress { return cli.NewProgress(w, tty, label, total) }
+}
+
+// finishVerdict prints the verdict and fails the command on a rejection.
+func finishVerdict(w io.Writer, name string, v catalog.Version) error {
+	cli.PrintVerdict(w, name, v)
+	if v.Status == catalog.StatusRejected {
+		return fmt.Errorf("%s version %d was rejected", name, v.Version)
+	}
+	return nil
+}
+
+func uploadCmd() *cobra.Command {
+	var o cli.UploadOptions
+	var manifest string
+	var wait bool
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "upload DIR --name NAME",
+		Short: "Upload a model directory into the catalog (resumable); the guardian scans it",
+		Example: `  aiforge models upload ./Qwen2.5-0.5B --name qwen/qwen2.5-0.5b
+  aiforge models upload ./my-lora --name acme/lora --kind adapter --base-model qwen/qwen2.5-0.5b
+  aiforge models upload ./model --name acme/m --manifest SHA256SUMS`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			o.Dir = args[0]
+			if manifest != "" {
+				b, err := os.ReadFile(manifest)
+				if err != nil {
+					return err
+				}
+				if o.Manifest, err = cli.ParseManifest(b); err != nil {
+					return err
+				}
+			}
+			o.Progress = progressOn(cmd.ErrOrStderr(), "upload "+o.Name)
+			res, err := cl.UploadModel(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "uploaded %s version %d (%d parts sent, %d already there); status %s\n",
+				res.Name, res.Version.Version, res.Sent, res.Skipped, res.Version.Status)
+			if !wait {
+				return nil
+			}
+			ctx, cancel := withTimeout(cmd.Context(), timeout)
+			defer cancel()
+			v, err := cl.WaitVersion(ctx, o.Name, res.Version.Version, 0, nil, nil)
+			if err != nil {
+				return err
+			}
+			return finishVerdict(out, o.Name, v)
+		},
+	}
+	c.Flags().StringVar(&o.Name, "name", "", "catalog name, e.g. org/model (required)")
+	c.Flags().StringVar(&o.Kind, "kind", "model", "model or adapter")
+	c.Flags().StringVar(&o.BaseModel, "base-model", "", "the catalog model an adapter applies to")
+	c.Flags().StringVar(&manifest, "manifest", "", "expected SHA-256 per file: JSON {path: sha256} or sha256sum lines")
+	c.Flags().IntVar(&o.Parallel, "parallel", 4, "parts sent at once")
+	c.Flags().BoolVar(&wait, "wait", true, "wait for the guardian's verdict")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: no limit)")
+	_ = c.MarkFlagRequired("name")
+	return c
+}
+
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+func pullCmd() *cobra.Command {
+	var name, kind, base string
+	var wait bool
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:     "pull ORG/REPO[@REVISION]",
+		Short:   "Mirror a hub repository into the catalog; the guardian pulls and scans it",
+		Example: "  aiforge models pull Qwen/Qwen2.5-0.5B-Instruct@main --name qwen-small",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			repo, rev, _ := strings.Cut(args[0], "@")
+			in := map[string]any{"repo": repo}
+			if rev != "" {
+				in["revision"] = rev
+			}
+			if name != "" {
+				in["name"] = name
+			}
+			if kind != "" {
+				in["kind"] = kind
+			}
+			if base != "" {
+				in["base_model"] = base
+			}
+			var ans struct {
+				PullID      string    `json:"pull_id"`
+				Name        string    `json:"name"`
+				Repo        string    `json:"repo"`
+				Revision    string    `json:"revision"`
+				RequestedAt time.Time `json:"requested_at"`
+			}
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/catalog/pulls", in, &ans); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "pull %s requested: %s@%s -> %s\n", ans.PullID, ans.Repo, ans.Revision, ans.Name)
+			if !wait {
+				return nil
+			}
+			ctx, cancel := withTimeout(cmd.Context(), timeout)
+			defer cancel()
+			// The pull's version is the newest one mirrored from the repo
+			// since the request (a little clock skew allowed).
+			since := ans.RequestedAt.Add(-2 * time.Second)
+			pick := func(e catalog.Entry) *catalog.Version {
+				for i := len(e.Versions) - 1; i >= 0; i-- {
+					v := &e.Versions[i]
+					if v.Source.Repo == ans.Repo && !v.CreatedAt.Before(since) {
+						return v
+					}
+				}
+				return nil
+			}
+			var bar *cli.Progress
+			each := func(v catalog.Version) {
+				if v.Progress == nil || v.Progress.BytesTotal == 0 {
+					return
+				}
+				if bar == nil {
+					bar = progressOn(cmd.ErrOrStderr(), "mirror "+ans.Repo)(v.Progress.BytesTotal)
+				}
+				if d := v.Progress.BytesDone - bar.Done(); d > 0 {
+					bar.Add(d)
+				}
+			}
+			v, err := cl.WaitVersion(ctx, ans.Name, 0, time.Second, pick, each)
+			if bar != nil {
+				bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			return finishVerdict(out, ans.Name, v)
+		},
+	}
+	c.Flags().StringVar(&name, "name", "", "catalog name (default: the repository)")
+	c.Flags().StringVar(&kind, "kind", "", "model (default) or adapter")
+	c.Flags().StringVar(&base, "base-model", "", "the catalog model an adapter applies to")
+	c.Flags().BoolVar(&wait, "wait", true, "wait for the mirror and the guardian's verdict")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: no limit)")
+	return c
+}
+
+func catalogCmd() *cobra.Command {
+	var asJSON *bool
+	c := &cobra.Command{
+		Use: "catalog [NAME]", Short: "List catalog models and their versions (with verdicts)", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			var entries []catalog.Entry
+			if len(args) == 1 {
+				var e catalog.Entry
+				if err := cl.Do(cmd.Context(), "GET", cli.CatalogPath(args[0]), nil, &e); err != nil {
+					return err
+				}
+				entries = []catalog.Entry{e}
+			} else {
+				var out listOut[catalog.Entry]
+				if err := cl.Do(cmd.Context(), "GET", "/admin/v1/catalog", nil, &out); err != nil {
+					return err
+				}
+				entries = out.Data
+			}
+			if *asJSON {
+				if len(args) == 1 {
+					return cli.JSON(cmd.OutOrStdout(), entries[0])
+				}
+				return cli.JSON(cmd.OutOrStdout(), entries)
+			}
+			rows := [][]string{}
+			for _, e := range entries {
+				for _, v := range e.Versions {
+					var size int64
+					for _, f := range v.Files {
+						size += f.Size
+					}
+					note := ""
+					if len(v.Reasons) > 0 {
+						note = v.Reasons[0].Code
+						if len(v.Reasons) > 1 {
+							note += fmt.Sprintf(" (+%d)", len(v.Reasons)-1)
+						}
+					} else if v.Progress != nil && v.Progress.BytesTotal > 0 {
+						note = fmt.Sprintf("%d%%", v.Progress.BytesDone*100/v.Progress.BytesTotal)
+					}
+					params := ""
+					if v.Parameters > 0 {
+						params = cli.HumanCount(v.Parameters)
+					}
+					rows = append(rows, []string{e.Name, strconv.Itoa(v.Version), e.Kind, v.Status, params, v.License,
+						strconv.Itoa(len(v.Files)), cli.HumanBytes(size), v.CreatedAt.Format(time.RFC3339), note})
+				}
+			}
+			cli.Table(cmd.OutOrStdout(), []string{"NAME", "VERSION", "KIND", "STATUS", "PARAMS", "LICENSE", "FILES", "SIZE", "CREATED", "NOTE"}, rows)
+			return nil
+		},
+	}
+	asJSON = jsonFlag(c)
+	return c
+}
+
+func printDeployment(w io.Writer, verb string, d catalog.Deployment) {
+	fmt.Fprintf(w, "%s %s -> %s version %d\n", verb, d.Model, d.Catalog, d.Version)
+}
+
+func deployCmd() *cobra.Command {
+	var name string
+	var version int
+	c := &cobra.Command{
+		Use: "deploy MODEL --catalog NAME [--version N]", Short: "Serve a published catalog version under a model name",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			var d catalog.Deployment
+			in := map[string]any{"model": args[0], "catalog": name, "version": version}
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/deployments", in, &d); err != nil {
+				return err
+			}
+			printDeployment(cmd.OutOrStdout(), "deployed", d)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&name, "catalog", "", "catalog name (default: MODEL)")
+	c.Flags().IntVar(&version, "version", 0, "catalog version (default: the latest published)")
+	return c
+}
+
+func rollbackCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "rollback MODEL", Short: "Return a served model to its previous catalog version", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			var d catalog.Deployment
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/deployments/rollback", map[string]string{"model": args[0]}, &d); err != nil {
+				return err
+			}
+			printDeployment(cmd.OutOrStdout(), "rolled back", d)
+			return nil
+		},
+	}
+}
+
+func deploymentsCmd() *cobra.Command {
+	var asJSON *bool
+	c := &cobra.Command{
+		Use: "deployments", Short: "List which catalog version each served model runs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			var out listOut[catalog.Deployment]
+			if err := cl.Do(cmd.Context(), "GET", "/admin/v1/deployments", nil, &out); err != nil {
+				return err
+			}
+			if *asJSON {
+				return cli.JSON(cmd.OutOrStdout(), out.Data)
+			}
+			rows := [][]string{}
+			for _, d := range out.Data {
+				prev := ""
+				if n := len(d.History); n > 0 {
+					prev = fmt.Sprintf("%s v%d", d.History[n-1].Catalog, d.History[n-1].Version)
+				}
+				rows = append(rows, []string{d.Model, d.Catalog, strconv.Itoa(d.Version), d.DeployedAt.Format(time.RFC3339), prev})
+			}
+			cli.Table(cmd.OutOrStdout(), []string{"MODEL", "CATALOG", "VERSION", "DEPLOYED", "PREVIOUS"}, rows)
+			return nil
+		},
+	}
+	asJSON = jsonFlag(c)
+	return c
+}
