@@ -148,17 +148,21 @@ func pullCmd() *cobra.Command {
 			}
 			ctx, cancel := withTimeout(cmd.Context(), timeout)
 			defer cancel()
-			// The pull's version is the newest one mirrored from the repo
-			// since the request (a little clock skew allowed).
-			since := ans.RequestedAt.Add(-2 * time.Second)
-			pick := func(e catalog.Entry) *catalog.Version {
-				for i := len(e.Versions) - 1; i >= 0; i-- {
-					v := &e.Versions[i]
-					if v.Source.Repo == ans.Repo && !v.CreatedAt.Before(since) {
-						return v
-					}
+			p, err := cl.WaitPull(ctx, ans.PullID, 500*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			if p.Status == catalog.PullFailed && p.Version == 0 {
+				msg := "unknown reason"
+				if p.Reason != nil {
+					msg = p.Reason.Code + ": " + p.Reason.Message
 				}
-				return nil
+				return fmt.Errorf("pull %s failed: %s", p.ID, msg)
+			}
+			if p.Skipped {
+				fmt.Fprintf(out, "%s@%s is commit %s, already mirrored as %s version %d: nothing downloaded\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
+			} else if p.Commit != "" {
+				fmt.Fprintf(out, "%s@%s is commit %s: mirroring into %s version %d\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
 			}
 			var bar *cli.Progress
 			each := func(v catalog.Version) {
@@ -172,7 +176,7 @@ func pullCmd() *cobra.Command {
 					bar.Add(d)
 				}
 			}
-			v, err := cl.WaitVersion(ctx, ans.Name, 0, time.Second, pick, each)
+			v, err := cl.WaitVersion(ctx, ans.Name, p.Version, time.Second, nil, each)
 			if bar != nil {
 				bar.Finish()
 			}

@@ -507,6 +507,29 @@ func (c *Client) WaitVersion(ctx context.Context, name string, version int, ever
 	}
 }
 
+// WaitPull polls a hub pull's record until it names its catalog version (the
+// one it created, or the one already mirrored from the same commit) or
+// fails before creating one.
+func (c *Client) WaitPull(ctx context.Context, id string, every time.Duration) (catalog.Pull, error) {
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	for {
+		var p catalog.Pull
+		if err := c.Do(ctx, "GET", "/admin/v1/pulls/"+url.PathEscape(id), nil, &p); err != nil {
+			return p, err
+		}
+		if p.Version > 0 || p.Status == catalog.PullFailed {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return p, fmt.Errorf("waiting for pull %s: %w", id, context.Cause(ctx))
+		case <-time.After(every):
+		}
+	}
+}
+
 // PrintVerdict writes a version's outcome for people.
 func PrintVerdict(w io.Writer, name string, v catalog.Version) {
 	fmt.Fprintf(w, "%s version %d: %s\n", name, v.Version, v.Status)

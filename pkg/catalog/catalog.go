@@ -162,10 +162,39 @@ var kvEnc = base32.StdEncoding.WithPadding(base32.NoPadding)
 // Key is the KV key of a model name (KV keys allow few characters).
 func Key(name string) string { return "c." + strings.ToLower(kvEnc.EncodeToString([]byte(name))) }
 
+// Pull statuses.
+const (
+	PullRequested = "requested"
+	PullMirroring = "mirroring"
+	// PullDone: the pull has a catalog version, scanning or already there
+	// (Skipped); the version's status tells the rest.
+	PullDone   = "done"
+	PullFailed = "failed"
+)
+
+// Pull is the state of one hub pull request.
+type Pull struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Repo     string `json:"repo"`
+	Revision string `json:"revision"`
+	Status   string `json:"status"`
+	Commit   string `json:"commit,omitempty"`
+	// Version is the catalog version the pull created or found (0 until
+	// known; a failure before any version was created has none).
+	Version int `json:"version,omitempty"`
+	// Skipped: the commit was already mirrored; nothing was downloaded.
+	Skipped     bool      `json:"skipped,omitempty"`
+	Reason      *Reason   `json:"reason,omitempty"`
+	RequestedAt time.Time `json:"requested_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
 // Store reads and changes the catalog and the deployments.
 type Store struct {
 	entries     jetstream.KeyValue
 	deployments jetstream.KeyValue
+	pulls       jetstream.KeyValue
 	now         func() time.Time
 }
 
@@ -179,7 +208,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: bucket %s: %w", events.BucketDeployments, err)
 	}
-	return &Store{entries: entries, deployments: deps, now: func() time.Time { return time.Now().UTC() }}, nil
+	pulls, err := js.KeyValue(ctx, events.BucketPulls)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: bucket %s: %w", events.BucketPulls, err)
+	}
+	return &Store{entries: entries, deployments: deps, pulls: pulls, now: func() time.Time { return time.Now().UTC() }}, nil
 }
 
 // Get returns a model's entry.
@@ -438,6 +471,36 @@ func (s *Store) Undeploy(ctx context.Context, model string) error {
 // WatchDeployments is Watch for deployments.
 func (s *Store) WatchDeployments(ctx context.Context, fn func(key string, d Deployment, deleted, initialDone bool)) error {
 	return watch(ctx, s.deployments, fn)
+}
+
+// UpdatePull applies fn to a pull's record under compare-and-set, creating
+// it (with ID set) when it does not exist yet.
+func (s *Store) UpdatePull(ctx context.Context, id string, fn func(p *Pull)) (Pull, error) {
+	if id == "" || !pullIDRE.MatchString(id) {
+		return Pull{}, fmt.Errorf("%w: pull id %q", ErrInvalid, id)
+	}
+	return update(ctx, s.pulls, id, func(p *Pull, exists bool) error {
+		if !exists {
+			*p = Pull{ID: id, Status: PullRequested}
+		}
+		fn(p)
+		p.UpdatedAt = s.now()
+		return nil
+	})
+}
+
+var pullIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// GetPull returns a pull's record.
+func (s *Store) GetPull(ctx context.Context, id string) (Pull, error) {
+	if !pullIDRE.MatchString(id) {
+		return Pull{}, fmt.Errorf("catalog: pull %q: %w", id, ErrNotFound)
+	}
+	p, _, err := get[Pull](ctx, s.pulls, id)
+	if err != nil {
+		return Pull{}, fmt.Errorf("catalog: pull %q: %w", id, err)
+	}
+	return p, nil
 }
 
 func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {

@@ -32,6 +32,9 @@ const (
 	// BucketUploads holds upload sessions in progress (resumable multipart
 	// uploads of model files).
 	BucketUploads = "aiforge_uploads"
+	// BucketPulls holds the state of hub pulls, so a client that requested
+	// one can follow it to its catalog version (or its failure).
+	BucketPulls = "aiforge_model_pulls"
 )
 
 // Model kinds.

@@ -98,6 +98,7 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketCatalog, "the model catalog: versions, files, verdicts, licences"),
 		mk(BucketDeployments, "the catalog version each served model runs, with its history"),
 		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),
+		{Bucket: BucketPulls, Description: "hub pulls: their commit, catalog version or failure, kept a week", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: BucketRateLimits, Description: "requests and tokens per key and minute", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 3 * time.Minute},
 	}

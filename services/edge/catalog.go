@@ -22,6 +22,7 @@ func (s *Service) catalogRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/catalog/{name...}", s.admin(s.getCatalog))
 	mux.HandleFunc("DELETE /admin/v1/catalog/{name...}", s.admin(s.deleteCatalog))
 	mux.HandleFunc("POST /admin/v1/catalog/pulls", s.admin(s.requestPull))
+	mux.HandleFunc("GET /admin/v1/pulls/{id}", s.admin(s.getPull))
 	mux.HandleFunc("POST /admin/v1/deployments", s.admin(s.deploy))
 	mux.HandleFunc("GET /admin/v1/deployments", s.admin(s.listDeployments))
 	mux.HandleFunc("GET /admin/v1/deployments/{model...}", s.admin(s.getDeployment))
@@ -169,6 +170,14 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, upperFirst(err.Error())+"."))
 		return
 	}
+	// The pull's record first, so a client following it finds it at once;
+	// the guardian fills in the commit, the version or the failure.
+	if _, err := s.catalog.UpdatePull(r.Context(), ev.PullID, func(p *catalog.Pull) {
+		p.Name, p.Repo, p.Revision, p.RequestedAt = ev.Name, ev.Repo, ev.Revision, ev.RequestedAt
+	}); err != nil {
+		s.catalogError(w, err, "Pull")
+		return
+	}
 	env := events.Envelope{ID: ev.PullID, Source: s.cfg.InstanceID}
 	if _, err := events.Publish(r.Context(), s.deps.JS, fmt.Sprintf(events.ModelsPullRequestedT, events.Token(q.Name)), ev, env); err != nil {
 		s.log.Error("publish pull request", "pull_id", ev.PullID, "err", err)
@@ -178,6 +187,18 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("model pull requested", "pull_id", ev.PullID, "model", q.Name, "repo", q.Repo, "revision", q.Revision)
 	writeJSON(w, http.StatusAccepted, map[string]any{"pull_id": ev.PullID, "object": "model.pull", "name": q.Name,
 		"repo": q.Repo, "revision": q.Revision, "requested_at": ev.RequestedAt})
+}
+
+// getPull answers a pull's state: its commit once resolved, then the catalog
+// version it created or found (or its failure).
+func (s *Service) getPull(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, err := s.catalog.GetPull(r.Context(), id)
+	if err != nil {
+		s.catalogError(w, err, "Pull '"+id+"'")
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }
 
 func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {

@@ -207,6 +207,17 @@ func TestRequestPull(t *testing.T) {
 	if ev.PullID != ans["pull_id"] || ev.Name != "acme/small" || ev.Repo != "acme/small" || ev.Revision != "main" || ev.Kind != events.ModelKindModel {
 		t.Fatalf("event %+v answer %v", ev, ans)
 	}
+	// The pull's record is there before the guardian takes it up.
+	pr := m.admin("GET", "/admin/v1/pulls/"+ev.PullID, nil)
+	if pr.status != http.StatusOK {
+		t.Fatalf("pull record: %d %s", pr.status, pr.body)
+	}
+	if rec := pr.json(t); rec["status"] != "requested" || rec["repo"] != "acme/small" || rec["name"] != "acme/small" {
+		t.Fatalf("pull record %v", rec)
+	}
+	if r := m.admin("GET", "/admin/v1/pulls/pull_missing", nil); r.status != http.StatusNotFound {
+		t.Fatalf("missing pull: %d %s", r.status, r.body)
+	}
 	for _, bad := range []map[string]any{
 		{"repo": "not-a-repo"},
 		{"repo": "a/b/c"},

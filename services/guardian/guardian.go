@@ -40,6 +40,7 @@ const (
 	CodeInternal       = "scan_internal"   // the scanner failed (a panic); fail-closed
 	CodeHubError       = "hub_error"       // the hub refused or failed a pull
 	CodeStoreError     = "store_error"     // the object store failed during a pull
+	CodeCatalogRefused = "catalog_refused" // the catalog refused the pull's version (e.g. a name of another kind)
 )
 
 // DefaultHubURL is the hub the mirror pulls from.

@@ -42,6 +42,7 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 	}
 	source.Commit = commit
 	log = log.With("commit", commit)
+	s.notePull(ctx, req, func(p *catalog.Pull) { p.Commit = commit })
 
 	var v catalog.Version
 	entry, err := cat.Get(ctx, req.Name)
@@ -50,6 +51,7 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		if prev, ok := entry.FindSource(req.Repo, commit); ok {
 			if prev.Status != catalog.StatusMirroring {
 				log.Info("hub pull skipped: this commit is already in the catalog", "version", prev.Version, "status", prev.Status)
+				s.notePull(ctx, req, func(p *catalog.Pull) { p.Status, p.Version, p.Skipped = catalog.PullDone, prev.Version, true })
 				return nil
 			}
 			log.Info("resuming an interrupted hub pull", "version", prev.Version)
@@ -66,19 +68,21 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		if err != nil {
 			if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
 				log.Warn("hub pull refused by the catalog", "err", err)
+				s.failPull(ctx, req, 0, catalog.Reason{Code: CodeCatalogRefused, Message: err.Error()})
 				return nil
 			}
 			return err
 		}
 	}
 	log = log.With("version", v.Version)
+	s.notePull(ctx, req, func(p *catalog.Pull) { p.Status, p.Version = catalog.PullMirroring, v.Version })
 
 	files, err := s.hub.ListFiles(ctx, req.Repo, commit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.reject(ctx, req.Name, v.Version, nil, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
+		return s.rejectPull(ctx, req, v.Version, nil, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
 	}
 	prog := &progress{s: s, name: req.Name, version: v.Version, p: catalog.Progress{FilesTotal: len(files)}}
 	for _, f := range files {
@@ -105,7 +109,7 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		}
 		if reason != nil {
 			log.Warn("hub pull rejected", "file", f.Path, "code", reason.Code, "err", reason.Message)
-			return s.reject(ctx, req.Name, v.Version, stored, *reason)
+			return s.rejectPull(ctx, req, v.Version, stored, *reason)
 		}
 		downloaded++
 		stored = append(stored, catalog.File{Path: f.Path, Size: info.Size, SHA256: info.SHA256})
@@ -132,6 +136,39 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		return fmt.Errorf("guardian: publish upload: %w", err)
 	}
 	log.Info("hub pull stored; scanning", "files", len(stored), "downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
+	s.notePull(ctx, req, func(p *catalog.Pull) { p.Status = catalog.PullDone })
+	return nil
+}
+
+// notePull records a pull's progress for the client that requested it. It
+// is best effort: the catalog version is the record that matters.
+func (s *Service) notePull(ctx context.Context, req *events.ModelPullRequestedV1, fn func(p *catalog.Pull)) {
+	_, err := s.catalog().UpdatePull(ctx, req.PullID, func(p *catalog.Pull) {
+		if p.Name == "" {
+			p.Name, p.Repo, p.Revision, p.RequestedAt = req.Name, req.Repo, req.Revision, req.RequestedAt
+		}
+		fn(p)
+	})
+	if err != nil {
+		s.log.Warn("recording a pull's state", "pull_id", req.PullID, "err", err)
+	}
+}
+
+func (s *Service) failPull(ctx context.Context, req *events.ModelPullRequestedV1, version int, r catalog.Reason) {
+	s.notePull(ctx, req, func(p *catalog.Pull) {
+		p.Status, p.Reason = catalog.PullFailed, &r
+		if version > 0 {
+			p.Version = version
+		}
+	})
+}
+
+// rejectPull rejects a pulled version and records the pull's failure.
+func (s *Service) rejectPull(ctx context.Context, req *events.ModelPullRequestedV1, version int, files []catalog.File, r catalog.Reason) error {
+	if err := s.reject(ctx, req.Name, version, files, r); err != nil {
+		return err
+	}
+	s.failPull(ctx, req, version, r)
 	return nil
 }
 
@@ -190,11 +227,12 @@ func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV
 	if err != nil {
 		if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
 			s.log.Warn("hub pull refused by the catalog", "model", req.Name, "err", err)
+			s.failPull(ctx, req, 0, catalog.Reason{Code: CodeCatalogRefused, Message: err.Error()})
 			return nil
 		}
 		return err
 	}
-	return s.reject(ctx, req.Name, v.Version, nil, r)
+	return s.rejectPull(ctx, req, v.Version, nil, r)
 }
 
 // reject publishes a rejected verdict for a pulled version and records it.

@@ -265,6 +265,15 @@ func TestMirrorPinsCommitAndPublishes(t *testing.T) {
 	if err != nil || len(entry.Versions) != 1 {
 		t.Fatalf("entry %+v %v", entry, err)
 	}
+	// Each pull's record leads its requester to the version.
+	p1, err := e.cat.GetPull(context.Background(), "p1")
+	if err != nil || p1.Status != catalog.PullDone || p1.Version != 1 || p1.Skipped || p1.Commit != commitOne {
+		t.Fatalf("first pull's record %+v %v", p1, err)
+	}
+	p2, err := e.cat.GetPull(context.Background(), "p2")
+	if err != nil || p2.Status != catalog.PullDone || p2.Version != 1 || !p2.Skipped {
+		t.Fatalf("second pull's record %+v %v", p2, err)
+	}
 }
 
 func TestMirrorRejectsCDNHashMismatch(t *testing.T) {
@@ -280,6 +289,11 @@ func TestMirrorRejectsCDNHashMismatch(t *testing.T) {
 	}
 	if _, err := e.objects.Stat(context.Background(), v.Prefix+"model-00002-of-00002.safetensors"); err == nil {
 		t.Fatal("the tampered file was stored")
+	}
+	e.handled(t) // the pull's record is written after the verdict
+	p, err := e.cat.GetPull(context.Background(), "p1")
+	if err != nil || p.Status != catalog.PullFailed || p.Version != 1 || p.Reason == nil || p.Reason.Code != "hash_mismatch" {
+		t.Fatalf("pull record %+v %v", p, err)
 	}
 }
 
