@@ -87,7 +87,7 @@ func uploadCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&o.Name, "name", "", "catalog name, e.g. org/model (required)")
 	c.Flags().StringVar(&o.Kind, "kind", "model", "model or adapter")
-	c.Flags().StringVar(&o.BaseModel, "base-model", "", "the catalog model an adapter applies to")
+	c.Flags().StringVar(&o.BaseModel, "base-model", "", "the served model an adapter applies to (its workers load the adapter)")
 	c.Flags().StringVar(&manifest, "manifest", "", "expected SHA-256 per file: JSON {path: sha256} or sha256sum lines")
 	c.Flags().IntVar(&o.Parallel, "parallel", 4, "parts sent at once")
 	c.Flags().BoolVar(&wait, "wait", true, "wait for the guardian's verdict")
@@ -118,27 +118,8 @@ func pullCmd() *cobra.Command {
 				return err
 			}
 			repo, rev, _ := strings.Cut(args[0], "@")
-			in := map[string]any{"repo": repo}
-			if rev != "" {
-				in["revision"] = rev
-			}
-			if name != "" {
-				in["name"] = name
-			}
-			if kind != "" {
-				in["kind"] = kind
-			}
-			if base != "" {
-				in["base_model"] = base
-			}
-			var ans struct {
-				PullID      string    `json:"pull_id"`
-				Name        string    `json:"name"`
-				Repo        string    `json:"repo"`
-				Revision    string    `json:"revision"`
-				RequestedAt time.Time `json:"requested_at"`
-			}
-			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/catalog/pulls", in, &ans); err != nil {
+			ans, err := cl.RequestPull(cmd.Context(), cli.PullOptions{Repo: repo, Revision: rev, Name: name, Kind: kind, BaseModel: base})
+			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -148,38 +129,7 @@ func pullCmd() *cobra.Command {
 			}
 			ctx, cancel := withTimeout(cmd.Context(), timeout)
 			defer cancel()
-			p, err := cl.WaitPull(ctx, ans.PullID, 500*time.Millisecond)
-			if err != nil {
-				return err
-			}
-			if p.Status == catalog.PullFailed && p.Version == 0 {
-				msg := "unknown reason"
-				if p.Reason != nil {
-					msg = p.Reason.Code + ": " + p.Reason.Message
-				}
-				return fmt.Errorf("pull %s failed: %s", p.ID, msg)
-			}
-			if p.Skipped {
-				fmt.Fprintf(out, "%s@%s is commit %s, already mirrored as %s version %d: nothing downloaded\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
-			} else if p.Commit != "" {
-				fmt.Fprintf(out, "%s@%s is commit %s: mirroring into %s version %d\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
-			}
-			var bar *cli.Progress
-			each := func(v catalog.Version) {
-				if v.Progress == nil || v.Progress.BytesTotal == 0 {
-					return
-				}
-				if bar == nil {
-					bar = progressOn(cmd.ErrOrStderr(), "mirror "+ans.Repo)(v.Progress.BytesTotal)
-				}
-				if d := v.Progress.BytesDone - bar.Done(); d > 0 {
-					bar.Add(d)
-				}
-			}
-			v, err := cl.WaitVersion(ctx, ans.Name, p.Version, time.Second, nil, each)
-			if bar != nil {
-				bar.Finish()
-			}
+			_, v, err := cl.FollowPull(ctx, ans, out, progressOn(cmd.ErrOrStderr(), "mirror "+ans.Repo))
 			if err != nil {
 				return err
 			}
@@ -188,7 +138,7 @@ func pullCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&name, "name", "", "catalog name (default: the repository)")
 	c.Flags().StringVar(&kind, "kind", "", "model (default) or adapter")
-	c.Flags().StringVar(&base, "base-model", "", "the catalog model an adapter applies to")
+	c.Flags().StringVar(&base, "base-model", "", "the served model an adapter applies to (its workers load the adapter)")
 	c.Flags().BoolVar(&wait, "wait", true, "wait for the mirror and the guardian's verdict")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: no limit)")
 	return c

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -538,6 +539,14 @@ func PrintVerdict(w io.Writer, name string, v catalog.Version) {
 	}
 	if v.Parameters > 0 {
 		fmt.Fprintf(w, "  parameters: %s (%d)\n", HumanCount(v.Parameters), v.Parameters)
+	}
+	if len(v.DTypes) > 0 {
+		dts := make([]string, 0, len(v.DTypes))
+		for dt, n := range v.DTypes {
+			dts = append(dts, dt+" "+HumanCount(n))
+		}
+		sort.Strings(dts)
+		fmt.Fprintf(w, "  dtypes:     %s\n", strings.Join(dts, ", "))
 	}
 	if v.License != "" {
 		fmt.Fprintf(w, "  license:    %s\n", v.License)
