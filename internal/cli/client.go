@@ -73,26 +73,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct {
-				Message string  `json:"message"`
-				Code    *string `json:"code"`
-				Param   *string `json:"param"`
-			} `json:"error"`
-		}
-		ae := &APIError{Status: resp.StatusCode}
-		if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-			ae.Message = e.Error.Message
-			if e.Error.Code != nil {
-				ae.Code = *e.Error.Code
-			}
-			if e.Error.Param != nil {
-				ae.Param = *e.Error.Param
-			}
-		} else {
-			ae.Message = strings.TrimSpace(string(data))
-		}
-		return ae
+		return parseAPIError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/registry"
 )
 
 // Version statuses. A version is uploading (files arriving), mirroring
@@ -578,39 +579,13 @@ func isCASLoss(err error) bool {
 }
 
 func watch[T any](ctx context.Context, kv jetstream.KeyValue, fn func(key string, v T, deleted, initialDone bool)) error {
-	w, err := kv.WatchAll(ctx)
+	err := registry.WatchBucket(ctx, kv, func(c registry.Change[T], initialDone bool) {
+		fn(c.Key, c.Value, c.Deleted, initialDone)
+	})
 	if err != nil {
-		return fmt.Errorf("catalog: watch %s: %w", kv.Bucket(), err)
+		return fmt.Errorf("catalog: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	initial := true
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			var zero T
-			if e == nil {
-				initial = false
-				fn("", zero, false, true)
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				if !initial {
-					fn(e.Key(), zero, true, false)
-				}
-				continue
-			}
-			var v T
-			if err := json.Unmarshal(e.Value(), &v); err != nil {
-				continue
-			}
-			fn(e.Key(), v, false, false)
-		}
-	}
+	return nil
 }
 
 func sortBy[T any](s []T, key func(T) string) {

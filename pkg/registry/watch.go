@@ -28,6 +28,13 @@ func (s *Store) WatchModels(ctx context.Context, fn func(c Change[Model], initia
 	return watch(ctx, s.models, fn)
 }
 
+// WatchBucket is the watcher behind WatchKeys and WatchModels for any
+// bucket of JSON values of type T (the catalog uses it too): values that
+// do not decode are skipped.
+func WatchBucket[T any](ctx context.Context, kv jetstream.KeyValue, fn func(c Change[T], initialDone bool)) error {
+	return watch(ctx, kv, fn)
+}
+
 func watch[T any](ctx context.Context, kv jetstream.KeyValue, fn func(Change[T], bool)) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
