@@ -451,7 +451,8 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 		return nil, nil, err
 	}
 	// With an object store the workers also serve the catalog's published
-	// LoRA adapters, materialised under DataDir/adapters.
+	// LoRA adapters, materialised under DataDir/adapters, and materialise
+	// each served model's deployed version under DataDir/models.
 	objects, err := a.objects()
 	if err != nil {
 		return nil, nil, err
@@ -459,6 +460,7 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	scfg := worker.SupervisorConfig{WorkerDefaults: a.opts.WorkerDefaults}
 	if a.opts.DataDir != "" {
 		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
+		scfg.ModelsDir = filepath.Join(a.opts.DataDir, "models")
 	}
 	sup, err := worker.NewSupervisor(scfg,
 		worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})

@@ -3,8 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -346,96 +343,13 @@ func (s *Supervisor) adapterDir(name string, version int) string {
 }
 
 // materialise copies a version's files from the object store into its
-// directory, checking each file's size and SHA-256 against the catalog. A
-// file already there and intact is kept. Files are written to a temporary
-// name and renamed, so a directory never holds a partial file under its
-// real name.
+// directory, verified against the catalog (catalog.Materialise).
 func (s *Supervisor) materialise(ctx context.Context, name string, v catalog.Version) (string, error) {
 	dir := s.adapterDir(name, v.Version)
-	if len(v.Files) == 0 {
-		return "", fmt.Errorf("adapter %q version %d has no files", name, v.Version)
-	}
-	for _, f := range v.Files {
-		rel := filepath.FromSlash(f.Path)
-		if !filepath.IsLocal(rel) {
-			return "", fmt.Errorf("adapter %q version %d: file path %q leaves the adapter directory", name, v.Version, f.Path)
-		}
-		if f.SHA256 == "" {
-			return "", fmt.Errorf("adapter %q version %d: file %q has no SHA-256 in the catalog", name, v.Version, f.Path)
-		}
-		dst := filepath.Join(dir, rel)
-		if verifyFile(dst, f) == nil {
-			continue
-		}
-		if err := s.fetchFile(ctx, v.Prefix+f.Path, dst, f); err != nil {
-			return "", fmt.Errorf("adapter %q version %d: %w", name, v.Version, err)
-		}
+	if _, err := catalog.Materialise(ctx, s.deps.Objects, v, dir); err != nil {
+		return "", fmt.Errorf("adapter %q: %w", name, err)
 	}
 	return dir, nil
-}
-
-// verifyFile checks that path holds f (size and SHA-256).
-func verifyFile(path string, f catalog.File) error {
-	fh, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, fh)
-	if err != nil {
-		return err
-	}
-	return checkDigest(f, n, h.Sum(nil))
-}
-
-func checkDigest(f catalog.File, n int64, sum []byte) error {
-	if n != f.Size {
-		return fmt.Errorf("file %q has %d bytes, the catalog says %d", f.Path, n, f.Size)
-	}
-	if got := hex.EncodeToString(sum); !strings.EqualFold(got, f.SHA256) {
-		return fmt.Errorf("file %q has SHA-256 %s, the catalog says %s", f.Path, got, f.SHA256)
-	}
-	return nil
-}
-
-func (s *Supervisor) fetchFile(ctx context.Context, key, dst string, f catalog.File) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("file %q: %w", f.Path, err)
-	}
-	rc, _, err := s.deps.Objects.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("file %q: object store: %w", f.Path, err)
-	}
-	defer rc.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".partial-"+filepath.Base(dst)+"-*")
-	if err != nil {
-		return fmt.Errorf("file %q: %w", f.Path, err)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	h := sha256.New()
-	// Read one byte past the expected size so an object that grew is caught.
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, f.Size+1))
-	if err != nil {
-		return fmt.Errorf("file %q: copying: %w", f.Path, err)
-	}
-	if err := checkDigest(f, n, h.Sum(nil)); err != nil {
-		return fmt.Errorf("object store copy does not match the catalog: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("file %q: %w", f.Path, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("file %q: %w", f.Path, err)
-	}
-	keep = true
-	return nil
 }
 
 // engineAdapter reports whether the engine lists name, and from which path.

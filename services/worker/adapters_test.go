@@ -30,6 +30,7 @@ type adapterWorld struct {
 	objects objstore.Store
 	sim     *enginesim.Sim
 	dir     string
+	models  string
 	sup     *Supervisor
 }
 
@@ -56,13 +57,14 @@ func newAdapterWorld(t *testing.T) *adapterWorld {
 	if err := reg.PutModel(ctx, registry.Model{Name: "base", Engine: registry.Engine{BaseURL: base, Model: "up-base", APIKey: adapterEngineKey}}); err != nil {
 		t.Fatal(err)
 	}
-	w := &adapterWorld{h: h, cat: cat, objects: objects, sim: sim, dir: t.TempDir()}
+	w := &adapterWorld{h: h, cat: cat, objects: objects, sim: sim, dir: t.TempDir(), models: t.TempDir()}
 	deps := h.deps()
 	deps.Objects = objects
 	w.sup, err = NewSupervisor(SupervisorConfig{
 		WorkerDefaults: Config{HeartbeatInterval: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond, DrainTimeout: 2 * time.Second},
 		RetryInterval:  100 * time.Millisecond,
 		AdapterDir:     w.dir,
+		ModelsDir:      w.models,
 	}, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,10 @@ type SupervisorConfig struct {
 	// engines to load (engines must see the same path). Default
 	// os.TempDir()/aiforge-adapters.
 	AdapterDir string
+	// ModelsDir is where the deployed catalog version of each served model
+	// is materialised (deployments.go): ModelsDir/<model>/current links to
+	// it. Default os.TempDir()/aiforge-models.
+	ModelsDir string
 }
 
 // SupervisorDeps are the Supervisor's collaborators (the workers').
@@ -58,6 +62,13 @@ type Supervisor struct {
 	catalogKeys     map[string]string        // catalog KV key -> adapter name
 	adapters        map[string]*adapterRun   // adapter name -> run
 	adapterStatus   map[string]string
+
+	// Deployments (deployments.go), guarded by deployMu.
+	deployMu     sync.Mutex
+	catalogStore *catalog.Store
+	deployments  map[string]catalog.Deployment // KV key -> deployment
+	deployStatus map[string]string             // served model -> state
+	deployKick   chan struct{}
 }
 
 // supervised is one model's worker loop.
@@ -86,6 +97,9 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 	if cfg.AdapterDir == "" {
 		cfg.AdapterDir = filepath.Join(os.TempDir(), "aiforge-adapters")
 	}
+	if cfg.ModelsDir == "" {
+		cfg.ModelsDir = filepath.Join(os.TempDir(), "aiforge-models")
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,6 +117,10 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 		catalogKeys:     make(map[string]string),
 		adapters:        make(map[string]*adapterRun),
 		adapterStatus:   make(map[string]string),
+
+		deployments:  make(map[string]catalog.Deployment),
+		deployStatus: make(map[string]string),
+		deployKick:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -134,6 +152,9 @@ func (s *Supervisor) Run(parent context.Context) error {
 	if s.deps.Objects != nil {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.watchCatalog(ctx) }()
+		s.wg.Add(2)
+		go func() { defer s.wg.Done(); s.watchDeployments(ctx) }()
+		go func() { defer s.wg.Done(); s.deploymentLoop(ctx) }()
 	}
 	werr := store.WatchModels(ctx, func(c registry.Change[registry.Model], initialDone bool) {
 		if initialDone {
@@ -179,6 +200,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, m registry.Model) {
 		s.loop(wctx, w)
 	}()
 	s.reconcileAdaptersLocked()
+	s.kickDeployments()
 }
 
 // remove stops the worker of a deleted model.
@@ -192,6 +214,7 @@ func (s *Supervisor) remove(key string) {
 	delete(s.byKey, key)
 	s.log.Info("model deleted; stopping its worker", "model", name)
 	s.stopLocked(name)
+	s.kickDeployments()
 	s.reconcileAdaptersLocked()
 }
 
