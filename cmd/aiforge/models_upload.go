@@ -18,7 +18,7 @@ import (
 // modelFlowCmds are the catalog subcommands of `aiforge models`: uploads,
 // hub pulls, the catalog and deployments.
 func modelFlowCmds() []*cobra.Command {
-	return []*cobra.Command{uploadCmd(), pullCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
+	return []*cobra.Command{uploadCmd(), pullCmd(), fetchCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
 }
 
 func progressOn(w io.Writer, label string) func(int64) *cli.Progress {
@@ -141,6 +141,51 @@ func pullCmd() *cobra.Command {
 	c.Flags().StringVar(&base, "base-model", "", "the served model an adapter applies to (its workers load the adapter)")
 	c.Flags().BoolVar(&wait, "wait", true, "wait for the mirror and the guardian's verdict")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: no limit)")
+	return c
+}
+
+func fetchCmd() *cobra.Command {
+	var o cli.FetchOptions
+	c := &cobra.Command{
+		Use:   "fetch NAME DIR [--version N] | fetch [NAME] DIR --deployment MODEL",
+		Short: "Download a published version's files into a directory, verified against the catalog",
+		Long: `Download a published catalog version's files into DIR for an engine to load. Each file is
+checked against the catalog's size and SHA-256 before it is renamed into place; files already there
+with the right digest are kept. DIR/` + cli.VersionFile + ` records what DIR holds once every file is in.`,
+		Example: `  aiforge models fetch qwen/qwen2.5-0.5b ./weights
+  aiforge models fetch qwen/qwen2.5-0.5b ./weights --version 3
+  aiforge models fetch ./weights --deployment qwen-small`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if o.Deployment != "" {
+				return cobra.RangeArgs(1, 2)(cmd, args)
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := adminClient()
+			if err != nil {
+				return err
+			}
+			o.Dir = args[len(args)-1]
+			if len(args) == 2 {
+				o.Name = args[0]
+			}
+			label := "fetch " + o.Name
+			if o.Name == "" {
+				label = "fetch " + o.Deployment
+			}
+			o.Progress = progressOn(cmd.ErrOrStderr(), label)
+			res, err := cl.FetchModel(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "fetched %s version %d into %s: %d files, %s (%d already there)\n",
+				res.Name, res.Version.Version, o.Dir, len(res.Version.Files), cli.HumanBytes(res.Bytes), res.Present)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Version, "version", 0, "catalog version (default: the latest published)")
+	c.Flags().StringVar(&o.Deployment, "deployment", "", "fetch the catalog version this served model runs")
 	return c
 }
 

@@ -30,6 +30,13 @@ const partSize = 512
 
 func startEdge(t *testing.T) (*cli.Client, *catalog.Store) {
 	t.Helper()
+	cl, cat, _ := startEdgeObjects(t)
+	return cl, cat
+}
+
+// startEdgeObjects starts an edge and also returns its object store.
+func startEdgeObjects(t *testing.T) (*cli.Client, *catalog.Store, objstore.Store) {
+	t.Helper()
 	_, nc := natstest.JetStream(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -60,7 +67,7 @@ func startEdge(t *testing.T) (*cli.Client, *catalog.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cli.Client{BaseURL: "http://" + ln.Addr().String(), Token: adminKey}, cat
+	return &cli.Client{BaseURL: "http://" + ln.Addr().String(), Token: adminKey}, cat, objs
 }
 
 func hexSum(b []byte) string {

@@ -21,6 +21,8 @@ func (s *Service) catalogRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/catalog", s.admin(s.listCatalog))
 	mux.HandleFunc("GET /admin/v1/catalog/{name...}", s.admin(s.getCatalog))
 	mux.HandleFunc("DELETE /admin/v1/catalog/{name...}", s.admin(s.deleteCatalog))
+	// GET also answers HEAD.
+	mux.HandleFunc("GET /admin/v1/model-files", s.admin(s.withObjects(s.getModelFile)))
 	mux.HandleFunc("POST /admin/v1/catalog/pulls", s.admin(s.requestPull))
 	mux.HandleFunc("GET /admin/v1/pulls/{id}", s.admin(s.getPull))
 	mux.HandleFunc("POST /admin/v1/deployments", s.admin(s.deploy))
