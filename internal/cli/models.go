@@ -551,6 +551,13 @@ func PrintVerdict(w io.Writer, name string, v catalog.Version) {
 	if v.License != "" {
 		fmt.Fprintf(w, "  license:    %s\n", v.License)
 	}
+	if v.ChatTemplate != "" {
+		more := ""
+		if v.ChatTemplateTruncated {
+			more = ", cut at the scanner's bound"
+		}
+		fmt.Fprintf(w, "  template:   chat template of %s kept as text (never rendered%s)\n", HumanBytes(int64(len(v.ChatTemplate))), more)
+	}
 	var size int64
 	for _, f := range v.Files {
 		size += f.Size

@@ -72,6 +72,9 @@ type Version struct {
 	Parameters int64            `json:"parameters"`
 	DTypes     map[string]int64 `json:"dtypes,omitempty"`
 	Format     string           `json:"format,omitempty"`
+	// ChatTemplate is kept as text for review and never rendered.
+	ChatTemplate          string `json:"chat_template,omitempty"`
+	ChatTemplateTruncated bool   `json:"chat_template_truncated,omitempty"`
 	// Prefix is where the files are in the object store: the key of a file
 	// is Prefix + Path.
 	Prefix    string    `json:"prefix"`
@@ -351,6 +354,7 @@ func (s *Store) ApplyVerdict(ctx context.Context, ev events.ModelVerdictV1) (Ver
 			v.Files = ev.Files
 		}
 		v.License, v.Parameters, v.DTypes, v.Format = ev.License, ev.Parameters, ev.DTypes, ev.Format
+		v.ChatTemplate, v.ChatTemplateTruncated = ev.ChatTemplate, ev.ChatTemplateTruncated
 		v.ScannedAt = ev.ScannedAt
 		v.Progress = nil
 		v.UpdatedAt = s.now()

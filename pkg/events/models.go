@@ -143,9 +143,13 @@ type ModelVerdictV1 struct {
 	// Parameters is computed from the tensor shapes.
 	Parameters int64 `json:"parameters"`
 	// DTypes holds parameters per dtype.
-	DTypes    map[string]int64 `json:"dtypes,omitempty"`
-	Format    string           `json:"format,omitempty"` // safetensors, gguf
-	ScannedAt time.Time        `json:"scanned_at"`
+	DTypes map[string]int64 `json:"dtypes,omitempty"`
+	Format string           `json:"format,omitempty"` // safetensors, gguf
+	// ChatTemplate is the upload's chat template, as text for review; it is
+	// never rendered. ChatTemplateTruncated: cut at the scanner's bound.
+	ChatTemplate          string    `json:"chat_template,omitempty"`
+	ChatTemplateTruncated bool      `json:"chat_template_truncated,omitempty"`
+	ScannedAt             time.Time `json:"scanned_at"`
 }
 
 func (ModelVerdictV1) EventType() string { return TypeModelVerdictV1 }

@@ -351,6 +351,7 @@ func (s *Service) scanVersion(ctx context.Context, ev *events.ModelUploadedV1, p
 	out.License = v.License
 	out.Parameters = v.Params
 	out.DTypes, out.Format = v.DTypes, v.Format
+	out.ChatTemplate, out.ChatTemplateTruncated = v.ChatTemplate, v.ChatTemplateTruncated
 	return out
 }
 

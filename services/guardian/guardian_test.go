@@ -212,6 +212,8 @@ func hasReason(v catalog.Version, code, file string) bool {
 func TestScanPublishesGoodShardedModel(t *testing.T) {
 	e := start(t, Config{}, nil)
 	files := shardedModel()
+	const template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+	files["tokenizer_config.json"] = []byte(`{"chat_template": "` + template + `"}`)
 	manifest := map[string]string{"model-00001-of-00002.safetensors": sha(files["model-00001-of-00002.safetensors"])}
 	_, ev := e.upload(t, "acme/tiny", files, manifest)
 	e.publish(t, ev)
@@ -219,7 +221,7 @@ func TestScanPublishesGoodShardedModel(t *testing.T) {
 	if v.Status != catalog.StatusPublished {
 		t.Fatalf("status %s, reasons %+v", v.Status, v.Reasons)
 	}
-	if v.Parameters != 26 || v.License != "apache-2.0" || v.Format != "safetensors" || v.DTypes["F32"] != 26 {
+	if v.Parameters != 26 || v.License != "apache-2.0" || v.Format != "safetensors" || v.DTypes["F32"] != 26 || v.ChatTemplate != template {
 		t.Fatalf("version = %+v", v)
 	}
 	if len(v.Files) != len(files) {

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 type dirFile struct {
@@ -86,6 +87,7 @@ func ScanDirWith(ctx context.Context, fsys fs.FS, opts Options) Verdict {
 	var order []string
 	var indexes []string
 	var readmeLic, configLic, ggufLic string
+	var tokTemplate, ggufTemplate string
 	var stParams, ggufParams int64
 	var stFiles, ggufFiles int
 	stDTypes, ggufDTypes := map[string]int64{}, map[string]int64{}
@@ -138,10 +140,16 @@ func ScanDirWith(ctx context.Context, fsys fs.FS, opts Options) Verdict {
 				if ggufLic == "" && rep.License != "" {
 					ggufLic = rep.License
 				}
+				if ggufTemplate == "" {
+					ggufTemplate = rep.ChatTemplate
+				}
 			}
 		case "json":
 			if strings.HasSuffix(p, ".safetensors.index.json") {
 				indexes = append(indexes, p)
+			}
+			if rep.ChatTemplate != "" && (tokTemplate == "" || path.Dir(p) == ".") {
+				tokTemplate = rep.ChatTemplate
 			}
 			if path.Base(p) == "config.json" && path.Dir(p) == "." && rep.License != "" {
 				configLic = rep.License
@@ -196,6 +204,17 @@ func ScanDirWith(ctx context.Context, fsys fs.FS, opts Options) Verdict {
 		v.License = normalizeLicense(ggufLic)
 	default:
 		v.License = LicenseNeedsReview
+	}
+	v.ChatTemplate = tokTemplate
+	if v.ChatTemplate == "" {
+		v.ChatTemplate = ggufTemplate
+	}
+	if len(v.ChatTemplate) > MaxChatTemplate {
+		cut := MaxChatTemplate
+		for cut > 0 && !utf8.RuneStart(v.ChatTemplate[cut]) {
+			cut--
+		}
+		v.ChatTemplate, v.ChatTemplateTruncated = v.ChatTemplate[:cut], true
 	}
 	switch {
 	case stFiles > 0:
@@ -473,6 +492,9 @@ func (s *dirScan) scanOne(p string, df *dirFile) {
 					}
 				}
 			}
+			if path.Base(p) == "tokenizer_config.json" {
+				rep.ChatTemplate = chatTemplateOf(val)
+			}
 		} else if strings.EqualFold(path.Base(p), "README.md") {
 			// license_name / license_link only qualify "other", which
 			// always needs review; the id comes from "license".
@@ -639,4 +661,35 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// chatTemplateOf returns a tokenizer config's chat_template as text: the
+// string itself, or, for the list form ([{"name": …, "template": …}]), the
+// "default" template, else the first. It is never rendered.
+func chatTemplateOf(v any) string {
+	obj, ok := v.(*jsonObject)
+	if !ok {
+		return ""
+	}
+	switch t := obj.Values["chat_template"].(type) {
+	case string:
+		return t
+	case []any:
+		first := ""
+		for _, item := range t {
+			o, ok := item.(*jsonObject)
+			if !ok {
+				continue
+			}
+			tmpl, _ := o.Values["template"].(string)
+			if name, _ := o.Values["name"].(string); name == "default" && tmpl != "" {
+				return tmpl
+			}
+			if first == "" {
+				first = tmpl
+			}
+		}
+		return first
+	}
+	return ""
 }

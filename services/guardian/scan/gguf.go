@@ -248,6 +248,10 @@ func ScanGGUF(r io.ReaderAt, size int64) (FileReport, []Reason) {
 				return fail("general.license must be a string")
 			}
 			rep.License = s
+		case "tokenizer.chat_template":
+			if s, ok := v.(string); ok {
+				rep.ChatTemplate = s
+			}
 		}
 	}
 	type tinfo struct {

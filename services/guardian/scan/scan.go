@@ -30,6 +30,9 @@ type FileReport struct {
 	Params  int64
 	DTypes  map[string]int64 // params per dtype
 	License string
+	// ChatTemplate is the chat template the file carries (tokenizer
+	// config's chat_template, GGUF tokenizer.chat_template), as text.
+	ChatTemplate string
 }
 
 // Verdict is the outcome of scanning a whole upload.
@@ -47,7 +50,16 @@ type Verdict struct {
 	// BaseModel is an adapter's base_model_name_or_path, for information
 	// only (Kind "adapter"); the catalog decides what it binds to.
 	BaseModel string
+	// ChatTemplate is the upload's chat template (tokenizer_config.json's
+	// chat_template, else a GGUF's tokenizer.chat_template), kept as text
+	// for review: aiforge never renders it. Longer than MaxChatTemplate it
+	// is cut there, with ChatTemplateTruncated set.
+	ChatTemplate          string
+	ChatTemplateTruncated bool
 }
+
+// MaxChatTemplate bounds the chat template text a verdict carries.
+const MaxChatTemplate = 64 << 10
 
 // Stable reason codes.
 const (
