@@ -68,8 +68,10 @@ type Config struct {
 	// HubRedirectHosts are the hosts a hub download may be redirected to.
 	// Default DefaultHubRedirectHosts.
 	HubRedirectHosts []string
-	// ScanAckWait bounds one scan (the server redelivers after it).
-	// Default 15m.
+	// ScanAckWait is how long a scan's message stays leased without a word
+	// from its scanner, which extends the lease every third of it while
+	// scanning: a guardian that dies mid-scan has the version scanned again
+	// after it. Default 1m.
 	ScanAckWait time.Duration
 	// MirrorAckWait is how long a pull may go without progress: while bytes
 	// flow the pull extends its lease (events.InProgress) at every progress
@@ -144,7 +146,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg.HubRedirectHosts = DefaultHubRedirectHosts
 	}
 	if cfg.ScanAckWait == 0 {
-		cfg.ScanAckWait = 15 * time.Minute
+		cfg.ScanAckWait = time.Minute
 	}
 	if cfg.MirrorAckWait == 0 {
 		cfg.MirrorAckWait = 2 * time.Minute
@@ -210,6 +212,31 @@ func (s *Service) catalog() *catalog.Store {
 	return s.cat
 }
 
+// holdLease extends the handler's lease (events.InProgress) every period
+// until the returned function is called.
+func (s *Service) holdLease(ctx context.Context, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := events.InProgress(ctx); err != nil {
+					s.log.Debug("extending a scan's lease", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 // VerdictID is the event id of the verdict on a version: redelivered scans
 // publish the same id, which JetStream deduplicates.
 func VerdictID(name string, version int) string {
@@ -250,7 +277,12 @@ func (s *Service) handleUploaded(ctx context.Context, ev *events.ModelUploadedV1
 		}
 	}
 
+	// A scan reads every byte of the version (many GB for a large model):
+	// keep the message leased while it runs. A scan whose process dies is
+	// redelivered after ScanAckWait.
+	stopLease := s.holdLease(ctx, s.cfg.ScanAckWait/3)
 	verdict := s.scanVersion(ctx, ev, v.Prefix, entry.Kind)
+	stopLease()
 	if err := ctx.Err(); err != nil {
 		return err // interrupted, not a verdict: retried
 	}
