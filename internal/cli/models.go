@@ -549,7 +549,11 @@ func PrintVerdict(w io.Writer, name string, v catalog.Version) {
 		fmt.Fprintf(w, "  dtypes:     %s\n", strings.Join(dts, ", "))
 	}
 	if v.License != "" {
-		fmt.Fprintf(w, "  license:    %s\n", v.License)
+		lic := v.License
+		if v.LicenseName != "" || v.LicenseLink != "" {
+			lic += " (" + strings.TrimSpace(v.LicenseName+" "+v.LicenseLink) + ")"
+		}
+		fmt.Fprintf(w, "  license:    %s\n", lic)
 	}
 	if v.ChatTemplate != "" {
 		more := ""

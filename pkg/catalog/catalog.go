@@ -63,15 +63,19 @@ type Progress struct {
 
 // Version is one version of a model.
 type Version struct {
-	Version    int              `json:"version"`
-	Status     string           `json:"status"`
-	Reasons    []Reason         `json:"reasons"`
-	Files      []File           `json:"files"`
-	Source     Source           `json:"source"`
-	License    string           `json:"license,omitempty"`
-	Parameters int64            `json:"parameters"`
-	DTypes     map[string]int64 `json:"dtypes,omitempty"`
-	Format     string           `json:"format,omitempty"`
+	Version int      `json:"version"`
+	Status  string   `json:"status"`
+	Reasons []Reason `json:"reasons"`
+	Files   []File   `json:"files"`
+	Source  Source   `json:"source"`
+	License string   `json:"license,omitempty"`
+	// LicenseName and LicenseLink are the model card's license_name and
+	// license_link, for the reviewer of a "needs-review" licence.
+	LicenseName string           `json:"license_name,omitempty"`
+	LicenseLink string           `json:"license_link,omitempty"`
+	Parameters  int64            `json:"parameters"`
+	DTypes      map[string]int64 `json:"dtypes,omitempty"`
+	Format      string           `json:"format,omitempty"`
 	// ChatTemplate is kept as text for review and never rendered.
 	ChatTemplate          string `json:"chat_template,omitempty"`
 	ChatTemplateTruncated bool   `json:"chat_template_truncated,omitempty"`
@@ -355,6 +359,7 @@ func (s *Store) ApplyVerdict(ctx context.Context, ev events.ModelVerdictV1) (Ver
 		}
 		v.License, v.Parameters, v.DTypes, v.Format = ev.License, ev.Parameters, ev.DTypes, ev.Format
 		v.ChatTemplate, v.ChatTemplateTruncated = ev.ChatTemplate, ev.ChatTemplateTruncated
+		v.LicenseName, v.LicenseLink = ev.LicenseName, ev.LicenseLink
 		v.ScannedAt = ev.ScannedAt
 		v.Progress = nil
 		v.UpdatedAt = s.now()

@@ -61,6 +61,8 @@ var goldenEvents = []Event{
 		Reasons:               []ModelReason{{Code: "code_bearing_pickle", Message: "pickle content is code-bearing and never loaded", File: "training_args.bin"}},
 		Files:                 []ModelFile{{Path: "training_args.bin", Size: 4664, SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}},
 		License:               "needs-review",
+		LicenseName:           "llama3",
+		LicenseLink:           "https://llama.meta.com/llama3/license",
 		Parameters:            262144,
 		DTypes:                map[string]int64{"BF16": 262144},
 		Format:                "safetensors",

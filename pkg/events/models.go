@@ -140,6 +140,10 @@ type ModelVerdictV1 struct {
 	Files   []ModelFile   `json:"files"`
 	// License is an SPDX-like id, or "needs-review".
 	License string `json:"license"`
+	// LicenseName and LicenseLink are the model card's license_name and
+	// license_link: what the reviewer of a "needs-review" licence reads.
+	LicenseName string `json:"license_name,omitempty"`
+	LicenseLink string `json:"license_link,omitempty"`
 	// Parameters is computed from the tensor shapes.
 	Parameters int64 `json:"parameters"`
 	// DTypes holds parameters per dtype.

@@ -380,7 +380,7 @@ func (s *Service) scanVersion(ctx context.Context, ev *events.ModelUploadedV1, p
 			reject(scan.CodeHashMismatch, p, fmt.Sprintf("the object changed after upload: sha256 %s (%d bytes), the upload recorded %s (%d bytes)", f.SHA256, f.Size, w.SHA256, w.Size))
 		}
 	}
-	out.License = v.License
+	out.License, out.LicenseName, out.LicenseLink = v.License, v.LicenseName, v.LicenseLink
 	out.Parameters = v.Params
 	out.DTypes, out.Format = v.DTypes, v.Format
 	out.ChatTemplate, out.ChatTemplateTruncated = v.ChatTemplate, v.ChatTemplateTruncated

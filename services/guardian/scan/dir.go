@@ -157,6 +157,7 @@ func ScanDirWith(ctx context.Context, fsys fs.FS, opts Options) Verdict {
 		case "text":
 			if strings.EqualFold(p, "README.md") && rep.License != "" {
 				readmeLic = rep.License
+				v.LicenseName, v.LicenseLink = rep.LicenseName, rep.LicenseLink
 			}
 		}
 		return nil
@@ -498,8 +499,8 @@ func (s *dirScan) scanOne(p string, df *dirFile) {
 		} else if strings.EqualFold(path.Base(p), "README.md") {
 			// license_name / license_link only qualify "other", which
 			// always needs review; the id comes from "license".
-			lic, _, _ := readmeLicense(data)
-			rep.License = lic
+			lic, name, link := readmeLicense(data)
+			rep.License, rep.LicenseName, rep.LicenseLink = lic, bounded(name, 256), bounded(link, 1024)
 		}
 		df.valid = true
 	case "pickle":
@@ -692,4 +693,15 @@ func chatTemplateOf(v any) string {
 		return first
 	}
 	return ""
+}
+
+// bounded cuts s to at most n bytes, at a rune boundary.
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

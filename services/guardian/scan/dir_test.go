@@ -236,6 +236,12 @@ func TestLicense(t *testing.T) {
 			}
 		})
 	}
+	// What a reviewer of "other" reads comes along.
+	v := scanFiles(map[string][]byte{"model.safetensors": st,
+		"README.md": []byte("---\nlicense: other\nlicense_name: llama3\nlicense_link: https://llama.meta.com/llama3/license\n---\n")}, nil)
+	if v.License != LicenseNeedsReview || v.LicenseName != "llama3" || v.LicenseLink != "https://llama.meta.com/llama3/license" {
+		t.Fatalf("licence %q name %q link %q", v.License, v.LicenseName, v.LicenseLink)
+	}
 }
 
 func TestScanDirOSAndCancel(t *testing.T) {

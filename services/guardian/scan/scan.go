@@ -30,6 +30,10 @@ type FileReport struct {
 	Params  int64
 	DTypes  map[string]int64 // params per dtype
 	License string
+	// LicenseName and LicenseLink come from a model card's front matter
+	// (license_name, license_link): what a reviewer of "other" reads.
+	LicenseName string
+	LicenseLink string
 	// ChatTemplate is the chat template the file carries (tokenizer
 	// config's chat_template, GGUF tokenizer.chat_template), as text.
 	ChatTemplate string
@@ -41,7 +45,11 @@ type Verdict struct {
 	Reasons  []Reason
 	Files    []FileReport
 	License  string // spdx-ish id, or "needs-review"
-	Params   int64
+	// LicenseName and LicenseLink are the model card's license_name and
+	// license_link, for the reviewer of a licence that needs review.
+	LicenseName string
+	LicenseLink string
+	Params      int64
 	// Format is the weight format of the upload: "safetensors" or "gguf";
 	// empty when it holds no valid weight file. Params and DTypes count the
 	// weights of this format only.
