@@ -103,7 +103,7 @@ func (c *Client) Stream(ctx context.Context, method, path string, w io.Writer) e
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(data))}
+		return parseAPIError(resp.StatusCode, data)
 	}
 	_, err = io.Copy(w, resp.Body)
 	return err
