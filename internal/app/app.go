@@ -40,6 +40,7 @@ import (
 	"github.com/aiforge/aiforge/services/retriever/index"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
+	"github.com/aiforge/aiforge/services/worker/supervisor"
 )
 
 // Options configure a process. Zero values are the laptop defaults.
@@ -457,13 +458,13 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	if err != nil {
 		return nil, nil, err
 	}
-	scfg := worker.SupervisorConfig{WorkerDefaults: a.opts.WorkerDefaults}
+	scfg := supervisor.Config{WorkerDefaults: a.opts.WorkerDefaults}
 	if a.opts.DataDir != "" {
 		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
 		scfg.ModelsDir = filepath.Join(a.opts.DataDir, "models")
 	}
-	sup, err := worker.NewSupervisor(scfg,
-		worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})
+	sup, err := supervisor.New(scfg,
+		supervisor.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})
 	if err != nil {
 		return nil, nil, err
 	}

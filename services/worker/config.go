@@ -4,8 +4,8 @@
 // queue group, forwards them to the engine, streams the answer back, and
 // publishes one usage event per request.
 //
-// A Supervisor runs one worker per model registered in the registry, in one
-// process, starting, restarting and stopping them as bindings change.
+// The engine client is internal/engine; package supervisor runs one worker
+// per model registered in the registry, in one process.
 package worker
 
 import (
@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/worker/internal/engine"
 )
 
 // Defaults.
@@ -36,6 +36,7 @@ const (
 	DefaultHealthInterval    = 5 * time.Second
 	DefaultRequestTimeout    = 10 * time.Minute
 	DefaultDrainTimeout      = 30 * time.Second
+	DefaultEngineWaitMax     = 5 * time.Second
 )
 
 // Config configures one worker.
@@ -58,13 +59,16 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping worker waits for requests in
 	// flight. Default 30s.
 	DrainTimeout time.Duration
+	// EngineWaitMax is the longest wait between identity checks while the
+	// engine cannot be reached (the wait doubles from 100ms). Default 5s.
+	EngineWaitMax time.Duration
 }
 
 // Validate reports every problem of c at once; it never mutates c.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Model == "" {
-		errs = append(errs, errors.New("Model is required"))
+		errs = append(errs, errors.New("the served model name (Model) is required"))
 	}
 	if err := validateBaseURL(c.Engine.BaseURL); err != nil {
 		errs = append(errs, err)
@@ -75,14 +79,16 @@ func (c Config) Validate() error {
 	if c.Engine.MaxConcurrency < 0 {
 		errs = append(errs, errors.New("Engine.MaxConcurrency must not be negative"))
 	}
-	errs = append(errs, c.validateDurations())
+	errs = append(errs, c.ValidateDefaults())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("worker config: %w", err)
 	}
 	return nil
 }
 
-func (c Config) validateDurations() error {
+// ValidateDefaults reports the problems of c's settings that apply to every
+// worker of a supervisor: everything but Model and Engine.
+func (c Config) ValidateDefaults() error {
 	var errs []error
 	for _, d := range []struct {
 		name string
@@ -92,6 +98,7 @@ func (c Config) validateDurations() error {
 		{"HealthInterval", c.HealthInterval},
 		{"RequestTimeout", c.RequestTimeout},
 		{"DrainTimeout", c.DrainTimeout},
+		{"EngineWaitMax", c.EngineWaitMax},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
@@ -106,7 +113,7 @@ func validateBaseURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("Engine.BaseURL %q must be an http(s) URL such as http://127.0.0.1:8000/v1", redactURL(s))
+		return fmt.Errorf("Engine.BaseURL %q must be an http(s) URL such as http://127.0.0.1:8000/v1", engine.RedactURL(s))
 	}
 	return nil
 }
@@ -118,7 +125,7 @@ func (c Config) withDefaults() Config {
 		c.Engine.MaxConcurrency = DefaultMaxConcurrency
 	}
 	if c.WorkerID == "" {
-		c.WorkerID = newWorkerID()
+		c.WorkerID = NewWorkerID("w")
 	}
 	if c.Source == "" {
 		c.Source = DefaultSource
@@ -135,22 +142,18 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.EngineWaitMax == 0 {
+		c.EngineWaitMax = DefaultEngineWaitMax
+	}
 	return c
 }
 
-func newWorkerID() string {
+// NewWorkerID returns prefix, a dash and 8 random hex digits: a replica id
+// (the default is NewWorkerID("w")).
+func NewWorkerID(prefix string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return "w-" + hex.EncodeToString(b[:])
-}
-
-// redactURL hides credentials embedded in a URL, for messages and logs.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
+	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 // Deps are the worker's collaborators.
@@ -165,10 +168,19 @@ type Deps struct {
 	// HTTPClient is optional; the default has a transport tuned for many
 	// concurrent long streams to one host, and no overall timeout.
 	HTTPClient *http.Client
-	// Objects holds the catalog's model files. A Supervisor given one serves
-	// the published LoRA adapters of the models it runs; without it,
-	// adapters are not served. A single worker ignores it.
-	Objects objstore.Store
+	// Hooks let a supervisor follow the worker's state; optional.
+	Hooks Hooks
+}
+
+// Hooks are called as a worker's state changes; every field is optional.
+// They run on the worker's own goroutine and must not block.
+type Hooks struct {
+	// OnCheckFailed: the engine is unreachable; Run waits and checks again.
+	OnCheckFailed func(error)
+	// OnServing: the worker takes requests (after starting or recovering).
+	OnServing func()
+	// OnUnhealthy: a health check failed; the worker paused.
+	OnUnhealthy func(error)
 }
 
 func (d Deps) validate() error {
@@ -205,4 +217,21 @@ func NewHTTPClient() *http.Client {
 		ReadBufferSize:        32 << 10,
 		WriteBufferSize:       32 << 10,
 	}}
+}
+
+// Bound returns the configuration of a worker serving model on eng with
+// c's settings: the engine's MaxConcurrency defaults to c's, and WorkerID is
+// fresh, prefixed by c's WorkerID when that is set (else the default).
+func (c Config) Bound(model string, eng registry.Engine) Config {
+	cfg := c
+	cfg.Model = model
+	cfg.Engine = eng
+	if cfg.Engine.MaxConcurrency == 0 {
+		cfg.Engine.MaxConcurrency = c.Engine.MaxConcurrency
+	}
+	cfg.WorkerID = ""
+	if p := c.WorkerID; p != "" {
+		cfg.WorkerID = NewWorkerID(p)
+	}
+	return cfg
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
-	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/services/worker/internal/engine"
 )
 
 // Histogram buckets after vLLM's (vllm/v1/metrics/loggers.py).
@@ -132,24 +132,12 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Outcomes of a request (the usage statuses).
-const (
-	outcomeOK = iota
-	outcomeError
-	outcomeCanceled
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{events.UsageStatusOK, events.UsageStatusError, events.UsageStatusCanceled}
-
-var endpointNames = [...]string{events.EndpointChatCompletions, events.EndpointCompletions, events.EndpointEmbeddings}
-
 // modelMetrics are the metrics of one served model with their labels
 // resolved once, so the hot path does no label lookups.
 type modelMetrics struct {
 	m          *Metrics
 	model      string
-	requests   [len(endpointNames)][numOutcomes]prometheus.Counter
+	requests   [engine.NumEndpoints][engine.NumOutcomes]prometheus.Counter
 	ttft       prometheus.Observer
 	itl        prometheus.Observer
 	e2e        prometheus.Observer
@@ -167,9 +155,9 @@ func (m *Metrics) forModel(model string) *modelMetrics {
 		prompt:     m.prompt.WithLabelValues(model),
 		generation: m.generation.WithLabelValues(model),
 	}
-	for i, ep := range endpointNames {
-		for o, st := range outcomeNames {
-			mm.requests[i][o] = m.requests.WithLabelValues(model, ep, st)
+	for ep := range engine.NumEndpoints {
+		for o := range engine.NumOutcomes {
+			mm.requests[ep][o] = m.requests.WithLabelValues(model, ep.String(), o.String())
 		}
 	}
 	return mm

@@ -34,7 +34,7 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, want := range []string{"Model is required", "Engine.BaseURL", "Engine.Model", "MaxConcurrency", "DrainTimeout"} {
+	for _, want := range []string{"(Model) is required", "Engine.BaseURL", "Engine.Model", "MaxConcurrency", "DrainTimeout"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -669,7 +669,7 @@ func TestEngineAPIKeyNeverLogged(t *testing.T) {
 	}
 	for _, s := range rec.Ended() {
 		for _, kv := range s.Attributes() {
-			if strings.Contains(kv.Value.Emit(), secret) {
+			if strings.Contains(kv.Value.String(), secret) {
 				t.Fatalf("span %s attribute %s holds the key", s.Name(), kv.Key)
 			}
 		}

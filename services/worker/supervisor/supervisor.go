@@ -1,4 +1,8 @@
-package worker
+// Package supervisor runs one worker per model registered in the registry,
+// in one process, starting, restarting and stopping them as bindings
+// change. Given an object store it also serves the catalog's published LoRA
+// adapters of those models and materialises each one's deployed version.
+package supervisor
 
 import (
 	"context"
@@ -6,29 +10,39 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/worker"
+	"github.com/aiforge/aiforge/services/worker/internal/adapters"
+	"github.com/aiforge/aiforge/services/worker/internal/deploy"
+	"github.com/aiforge/aiforge/services/worker/internal/supervise"
 )
 
-// Supervisor statuses of a model.
+// Statuses of a model or an adapter; a failing one is "error: " and the
+// error.
 const (
-	StatusServing  = "serving"
-	StatusStarting = "starting"
-	statusErrorPfx = "error: "
+	StatusServing  = supervise.StatusServing
+	StatusStarting = supervise.StatusStarting
 )
 
-// SupervisorConfig configures a Supervisor.
-type SupervisorConfig struct {
+// Config configures a Supervisor.
+type Config struct {
 	// WorkerDefaults holds the settings used for every worker:
 	// HeartbeatInterval, HealthInterval, RequestTimeout, DrainTimeout,
 	// Source. Model and Engine come from the registry; WorkerID, when set,
 	// prefixes the generated ids.
-	WorkerDefaults Config
+	WorkerDefaults worker.Config
 	// RetryInterval separates failed starts of a worker. Default 2s.
 	RetryInterval time.Duration
 	// AdapterDir is where LoRA adapter files are materialised for the
@@ -36,39 +50,49 @@ type SupervisorConfig struct {
 	// os.TempDir()/aiforge-adapters.
 	AdapterDir string
 	// ModelsDir is where the deployed catalog version of each served model
-	// is materialised (deployments.go): ModelsDir/<model>/current links to
-	// it. Default os.TempDir()/aiforge-models.
+	// is materialised: ModelsDir/<model>/current links to it. Default
+	// os.TempDir()/aiforge-models.
 	ModelsDir string
 }
 
-// SupervisorDeps are the Supervisor's collaborators (the workers').
-type SupervisorDeps = Deps
+// Deps are the Supervisor's collaborators; all but Objects are the workers'
+// (worker.Deps).
+type Deps struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Logger *slog.Logger
+	// Metrics is shared by all workers of a process; required
+	// (worker.NewMetrics).
+	Metrics *worker.Metrics
+	// Tracer is optional; the default is a no-op provider.
+	Tracer trace.TracerProvider
+	// HTTPClient is optional; the default is one pool of engine
+	// connections for every worker (worker.NewHTTPClient).
+	HTTPClient *http.Client
+	// Objects holds the catalog's model files. Given one, the Supervisor
+	// serves the published LoRA adapters of the models it runs and
+	// materialises their deployed versions; without it, it does neither.
+	Objects objstore.Store
+}
+
+func (d Deps) worker() worker.Deps {
+	return worker.Deps{NC: d.NC, JS: d.JS, Logger: d.Logger, Metrics: d.Metrics, Tracer: d.Tracer, HTTPClient: d.HTTPClient}
+}
 
 // Supervisor runs one worker per model in the registry, in this process.
 type Supervisor struct {
-	cfg  SupervisorConfig
+	cfg  Config
 	deps Deps
 	log  *slog.Logger
+
+	adapters    *adapters.Manager
+	deployments *deploy.Manager
 
 	mu      sync.Mutex
 	workers map[string]*supervised // by model name
 	byKey   map[string]string      // KV key -> model name
 	status  map[string]string
 	wg      sync.WaitGroup
-
-	// LoRA adapters (adapters.go), guarded by mu.
-	runCtx          context.Context
-	catalogAdapters map[string]catalog.Entry // adapter name -> entry
-	catalogKeys     map[string]string        // catalog KV key -> adapter name
-	adapters        map[string]*adapterRun   // adapter name -> run
-	adapterStatus   map[string]string
-
-	// Deployments (deployments.go), guarded by deployMu.
-	deployMu     sync.Mutex
-	catalogStore *catalog.Store
-	deployments  map[string]catalog.Deployment // KV key -> deployment
-	deployStatus map[string]string             // served model -> state
-	deployKick   chan struct{}
 }
 
 // supervised is one model's worker loop.
@@ -78,8 +102,8 @@ type supervised struct {
 	done    chan struct{}
 }
 
-// NewSupervisor validates cfg and deps.
-func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
+// New validates cfg and deps.
+func New(cfg Config, deps Deps) (*Supervisor, error) {
 	var errs []error
 	if cfg.RetryInterval < 0 {
 		errs = append(errs, errors.New("RetryInterval must not be negative"))
@@ -87,7 +111,7 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 	if cfg.WorkerDefaults.Engine.MaxConcurrency < 0 {
 		errs = append(errs, errors.New("WorkerDefaults.Engine.MaxConcurrency must not be negative"))
 	}
-	errs = append(errs, cfg.WorkerDefaults.validateDurations(), deps.validate())
+	errs = append(errs, cfg.WorkerDefaults.ValidateDefaults(), deps.validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("worker supervisor: %w", err)
 	}
@@ -105,23 +129,38 @@ func NewSupervisor(cfg SupervisorConfig, deps Deps) (*Supervisor, error) {
 	}
 	if deps.HTTPClient == nil {
 		// One pool of engine connections for every worker of the process.
-		deps.HTTPClient = NewHTTPClient()
+		deps.HTTPClient = worker.NewHTTPClient()
 	}
+	log := deps.Logger.With("component", "worker-supervisor")
 	return &Supervisor{
-		cfg: cfg, deps: deps, log: deps.Logger.With("component", "worker-supervisor"),
+		cfg: cfg, deps: deps, log: log,
+		adapters: adapters.New(
+			adapters.Config{WorkerDefaults: cfg.WorkerDefaults, RetryInterval: cfg.RetryInterval, Dir: cfg.AdapterDir},
+			adapters.Deps{JS: deps.JS, Objects: deps.Objects, Logger: log, Worker: deps.worker()}),
+		deployments: deploy.New(
+			deploy.Config{Dir: cfg.ModelsDir, RetryInterval: cfg.RetryInterval},
+			deploy.Deps{JS: deps.JS, Objects: deps.Objects, Logger: log}),
 		workers: make(map[string]*supervised),
 		byKey:   make(map[string]string),
 		status:  make(map[string]string),
-
-		catalogAdapters: make(map[string]catalog.Entry),
-		catalogKeys:     make(map[string]string),
-		adapters:        make(map[string]*adapterRun),
-		adapterStatus:   make(map[string]string),
-
-		deployments:  make(map[string]catalog.Deployment),
-		deployStatus: make(map[string]string),
-		deployKick:   make(chan struct{}, 1),
 	}, nil
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.NC == nil {
+		errs = append(errs, errors.New("Deps.NC is required"))
+	}
+	if d.JS == nil {
+		errs = append(errs, errors.New("Deps.JS is required"))
+	}
+	if d.Metrics == nil {
+		errs = append(errs, errors.New("Deps.Metrics is required (worker.NewMetrics)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker deps: %w", err)
+	}
+	return nil
 }
 
 // Status returns each registered model's state: "serving", "starting" or
@@ -132,11 +171,22 @@ func (s *Supervisor) Status() map[string]string {
 	return maps.Clone(s.status)
 }
 
+// AdapterStatus returns each served adapter's state: "serving", "starting"
+// or "error: ...".
+func (s *Supervisor) AdapterStatus() map[string]string { return s.adapters.Status() }
+
+// DeploymentStatus returns, per served model with a deployment, "ready
+// <catalog> v<N>", "materialising <catalog> v<N>" or "error: ...".
+func (s *Supervisor) DeploymentStatus() map[string]string { return s.deployments.Status() }
+
+// CurrentLink is where the deployed weights of a served model appear.
+func (s *Supervisor) CurrentLink(model string) string { return s.deployments.CurrentLink(model) }
+
 // Run watches the registry's models until ctx ends: it starts a worker per
 // model, restarts it when its binding changes and stops it when the model is
 // deleted. With Deps.Objects it also serves the published LoRA adapters of
-// those models (adapters.go). On ctx done it stops every worker (each
-// drains) and returns.
+// those models and materialises their deployments. On ctx done it stops
+// every worker (each drains) and returns.
 func (s *Supervisor) Run(parent context.Context) error {
 	// ctx ends with parent or when the registry watch fails, so that every
 	// goroutine started below ends before stopAll waits for them.
@@ -146,15 +196,10 @@ func (s *Supervisor) Run(parent context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker supervisor: %w", err)
 	}
-	s.mu.Lock()
-	s.runCtx = ctx
-	s.mu.Unlock()
 	if s.deps.Objects != nil {
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.watchCatalog(ctx) }()
 		s.wg.Add(2)
-		go func() { defer s.wg.Done(); s.watchDeployments(ctx) }()
-		go func() { defer s.wg.Done(); s.deploymentLoop(ctx) }()
+		go func() { defer s.wg.Done(); s.adapters.Run(ctx) }()
+		go func() { defer s.wg.Done(); s.deployments.Run(ctx) }()
 	}
 	werr := store.WatchModels(ctx, func(c registry.Change[registry.Model], initialDone bool) {
 		if initialDone {
@@ -172,6 +217,17 @@ func (s *Supervisor) Run(parent context.Context) error {
 		return fmt.Errorf("worker supervisor: %w", werr)
 	}
 	return nil
+}
+
+// basesChangedLocked tells the adapters and the deployments which models
+// run here now.
+func (s *Supervisor) basesChangedLocked() {
+	bases := make(map[string]registry.Model, len(s.workers))
+	for name, w := range s.workers {
+		bases[name] = w.binding
+	}
+	s.adapters.SetBases(bases)
+	s.deployments.SetServed(slices.Collect(maps.Keys(bases)))
 }
 
 // apply starts or restarts the worker of a model binding.
@@ -199,8 +255,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, m registry.Model) {
 		defer close(w.done)
 		s.loop(wctx, w)
 	}()
-	s.reconcileAdaptersLocked()
-	s.kickDeployments()
+	s.basesChangedLocked()
 }
 
 // remove stops the worker of a deleted model.
@@ -214,8 +269,7 @@ func (s *Supervisor) remove(key string) {
 	delete(s.byKey, key)
 	s.log.Info("model deleted; stopping its worker", "model", name)
 	s.stopLocked(name)
-	s.kickDeployments()
-	s.reconcileAdaptersLocked()
+	s.basesChangedLocked()
 }
 
 // stopLocked cancels a model's worker without waiting for its drain: the
@@ -234,7 +288,6 @@ func (s *Supervisor) stopAll() {
 	for name := range s.workers {
 		s.stopLocked(name)
 	}
-	s.stopAdaptersLocked()
 	s.mu.Unlock()
 	s.wg.Wait()
 }
@@ -254,16 +307,7 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised) {
 	log := s.log.With("model", w.binding.Name)
 	lastErr := ""
 	for ctx.Err() == nil {
-		cfg := s.cfg.WorkerDefaults
-		cfg.Model = w.binding.Name
-		cfg.Engine = w.binding.Engine
-		if cfg.Engine.MaxConcurrency == 0 {
-			cfg.Engine.MaxConcurrency = s.cfg.WorkerDefaults.Engine.MaxConcurrency
-		}
-		cfg.WorkerID = ""
-		if p := s.cfg.WorkerDefaults.WorkerID; p != "" {
-			cfg.WorkerID = p + "-" + newWorkerID()[2:]
-		}
+		cfg := s.cfg.WorkerDefaults.Bound(w.binding.Name, w.binding.Engine)
 		err := s.runOnce(ctx, cfg, w)
 		if ctx.Err() != nil {
 			return
@@ -277,7 +321,7 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised) {
 		} else {
 			log.Debug("worker failed again; retrying", "err", err, "retry_in", s.cfg.RetryInterval)
 		}
-		s.setStatus(w, statusErrorPfx+err.Error())
+		s.setStatus(w, supervise.StatusErrorPrefix+err.Error())
 		t := time.NewTimer(s.cfg.RetryInterval)
 		select {
 		case <-ctx.Done():
@@ -288,14 +332,17 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised) {
 	}
 }
 
-func (s *Supervisor) runOnce(ctx context.Context, cfg Config, w *supervised) error {
-	svc, err := New(cfg, s.deps)
+func (s *Supervisor) runOnce(ctx context.Context, cfg worker.Config, w *supervised) error {
+	cfg.EngineWaitMax = s.cfg.RetryInterval
+	deps := s.deps.worker()
+	deps.Hooks = worker.Hooks{
+		OnCheckFailed: func(err error) { s.setStatus(w, supervise.StatusErrorPrefix+err.Error()) },
+		OnServing:     func() { s.setStatus(w, StatusServing) },
+		OnUnhealthy:   func(err error) { s.setStatus(w, supervise.StatusErrorPrefix+"engine unhealthy: "+err.Error()) },
+	}
+	svc, err := worker.New(cfg, deps)
 	if err != nil {
 		return err
 	}
-	svc.checkBackoffMax = s.cfg.RetryInterval
-	svc.onCheckFailed = func(err error) { s.setStatus(w, statusErrorPfx+err.Error()) }
-	svc.onServing = func() { s.setStatus(w, StatusServing) }
-	svc.onUnhealthy = func(err error) { s.setStatus(w, statusErrorPfx+"engine unhealthy: "+err.Error()) }
 	return svc.Run(ctx)
 }

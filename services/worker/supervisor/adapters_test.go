@@ -1,4 +1,4 @@
-package worker
+package supervisor
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/worker"
 )
 
 // adapterWorld is a supervisor serving a base model bound to a simulator,
@@ -60,8 +61,8 @@ func newAdapterWorld(t *testing.T) *adapterWorld {
 	w := &adapterWorld{h: h, cat: cat, objects: objects, sim: sim, dir: t.TempDir(), models: t.TempDir()}
 	deps := h.deps()
 	deps.Objects = objects
-	w.sup, err = NewSupervisor(SupervisorConfig{
-		WorkerDefaults: Config{HeartbeatInterval: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond, DrainTimeout: 2 * time.Second},
+	w.sup, err = New(Config{
+		WorkerDefaults: worker.Config{HeartbeatInterval: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond, DrainTimeout: 2 * time.Second},
 		RetryInterval:  100 * time.Millisecond,
 		AdapterDir:     w.dir,
 		ModelsDir:      w.models,

@@ -1,4 +1,4 @@
-package worker
+package supervisor
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/worker"
 )
 
 func TestSupervisor(t *testing.T) {
@@ -23,8 +24,8 @@ func TestSupervisor(t *testing.T) {
 	simA, baseA := startSim(t, enginesim.Config{Models: []string{"up-a"}})
 	simB, baseB := startSim(t, enginesim.Config{Models: []string{"up-b"}})
 
-	sup, err := NewSupervisor(SupervisorConfig{
-		WorkerDefaults: Config{HeartbeatInterval: 200 * time.Millisecond, HealthInterval: time.Second, DrainTimeout: 2 * time.Second, Source: "aiforge-up"},
+	sup, err := New(Config{
+		WorkerDefaults: worker.Config{HeartbeatInterval: 200 * time.Millisecond, HealthInterval: time.Second, DrainTimeout: 2 * time.Second, Source: "aiforge-up"},
 		RetryInterval:  100 * time.Millisecond,
 	}, h.deps())
 	if err != nil {
@@ -118,7 +119,7 @@ func TestSupervisor(t *testing.T) {
 }
 
 func TestSupervisorConfig(t *testing.T) {
-	if _, err := NewSupervisor(SupervisorConfig{RetryInterval: -1}, Deps{}); err == nil {
+	if _, err := New(Config{RetryInterval: -1}, Deps{}); err == nil {
 		t.Fatal("want an error")
 	}
 }

@@ -1,41 +1,38 @@
-package worker
+package engine
 
 import (
 	"encoding/json"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
-func testService(t *testing.T, served, upstream string) *Service {
-	t.Helper()
-	h := newHarness(t)
-	s, err := New(Config{Model: served, Engine: registry.Engine{BaseURL: "http://127.0.0.1:1/v1", Model: upstream}}, h.deps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+func testClient(served, upstream string) *Client {
+	return New(Config{Served: served, Engine: registry.Engine{BaseURL: "http://127.0.0.1:1/v1", Model: upstream},
+		RequestTimeout: time.Minute, HTTPClient: http.DefaultClient})
 }
 
 func TestRewriteRequest(t *testing.T) {
-	s := testService(t, "served", "up/model")
+	s := testClient("served", "up/model")
 	cases := []struct {
 		name, body string
-		ep         int
+		ep         Endpoint
 		stream     bool
 		want       string
 		b64        bool
 	}{
-		{"stream merges options", `{"model":"served","stream":true,"stream_options":{"continuous_usage_stats":true},"x":1}`, epChat, true,
+		{"stream merges options", `{"model":"served","stream":true,"stream_options":{"continuous_usage_stats":true},"x":1}`, Chat, true,
 			`{"model":"up/model","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"x":1}`, false},
-		{"stream null options", `{"model":"served","stream":true,"stream_options":null}`, epCompletions, true,
+		{"stream null options", `{"model":"served","stream":true,"stream_options":null}`, Completions, true,
 			`{"model":"up/model","stream":true,"stream_options":{"include_usage":true}}`, false},
-		{"not streamed keeps html", `{"model":"served","messages":[{"content":"<a>&</a>"}]}`, epChat, false,
+		{"not streamed keeps html", `{"model":"served","messages":[{"content":"<a>&</a>"}]}`, Chat, false,
 			`{"messages":[{"content":"<a>&</a>"}],"model":"up/model"}`, false},
-		{"base64 asks float", `{"model":"served","input":"x","encoding_format":"base64"}`, epEmbeddings, false,
+		{"base64 asks float", `{"model":"served","input":"x","encoding_format":"base64"}`, Embeddings, false,
 			`{"encoding_format":"float","input":"x","model":"up/model"}`, true},
-		{"float stays", `{"input":"x","encoding_format":"float"}`, epEmbeddings, false,
+		{"float stays", `{"input":"x","encoding_format":"float"}`, Embeddings, false,
 			`{"encoding_format":"float","input":"x","model":"up/model"}`, false},
 	}
 	for _, c := range cases {
@@ -50,7 +47,7 @@ func TestRewriteRequest(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{`null`, `[1]`, `{`, `{"stream_options":{"a":}}`} {
-		if _, _, err := s.rewriteRequest(&bridge.Request{Body: []byte(bad)}, epChat, true); err == nil {
+		if _, _, err := s.rewriteRequest(&bridge.Request{Body: []byte(bad)}, Chat, true); err == nil {
 			t.Errorf("body %s: want an error", bad)
 		}
 	}
@@ -117,7 +114,7 @@ func TestChunkHelpers(t *testing.T) {
 }
 
 func TestRewriteModelWhole(t *testing.T) {
-	s := testService(t, "served", "up")
+	s := testClient("served", "up")
 	if got := string(s.rewriteModelWhole([]byte(`{"id":"x","model":"up","choices":[]}`))); got != `{"id":"x","model":"served","choices":[]}` {
 		t.Fatalf("compact: %s", got)
 	}
@@ -125,9 +122,18 @@ func TestRewriteModelWhole(t *testing.T) {
 	if !jsonEqual(t, got, []byte(`{"id":"x","model":"served","choices":[]}`)) {
 		t.Fatalf("spaced: %s", got)
 	}
-	same := testService(t, "m", "m")
+	same := testClient("m", "m")
 	in := []byte(`{"model":"m"}`)
 	if got := same.rewriteModelWhole(in); &got[0] != &in[0] {
 		t.Fatal("equal names must not copy")
 	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,6 +1,7 @@
-package worker
+package supervisor
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +72,7 @@ func TestDeploymentsAreMaterialised(t *testing.T) {
 	}
 	w.waitLink(t, "base", "weights-one", "ready acme/tiny v1")
 	target, err := os.Readlink(w.sup.CurrentLink("base"))
-	if err != nil || target != w.sup.versionDir("acme/tiny", 1) {
+	if err != nil || target != filepath.Join(w.models, url.PathEscape("acme/tiny"), "v1") {
 		t.Fatalf("current -> %q, %v", target, err)
 	}
 

@@ -1,0 +1,597 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/telemetry"
+)
+
+var (
+	hdrJSON = []string{"application/json"}
+	hdrSSE  = []string{"text/event-stream"}
+
+	rawTrue  = json.RawMessage("true")
+	rawFalse = json.RawMessage("false")
+	rawFloat = json.RawMessage(`"float"`)
+)
+
+// errRequestTimeout is the cause of a request that ran past RequestTimeout.
+var errRequestTimeout = errors.New("worker: engine request timed out")
+
+// Bounds on what is read from an engine.
+const (
+	maxResponseBytes = 256 << 20
+	maxErrorBytes    = 64 << 10
+)
+
+// fail sends an error frame and records the outcome.
+func (c *Call) fail(w *bridge.ResponseWriter, e *bridge.Error) {
+	c.Outcome = OutcomeError
+	c.Code = e.Code
+	c.Retryable = e.Retryable && w.Sent() == 0
+	_ = w.Fail(e)
+}
+
+// engineFailure is the answer to an engine that failed: retryable on another
+// replica while nothing reached the client.
+func (c *Call) engineFailure(w *bridge.ResponseWriter, msg string) {
+	c.fail(w, &bridge.Error{Status: http.StatusBadGateway, Code: contracts.CodeEngineError, Message: msg,
+		Body: contracts.ErrEngine(msg).Body(), Retryable: w.Sent() == 0})
+}
+
+// interrupted handles a request whose context ended: the request timeout
+// (504), an edge cancel, or a shutdown past its drain timeout. It reports
+// false when ctx is still live.
+func (c *Call) interrupted(ctx context.Context, w *bridge.ResponseWriter) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	if context.Cause(ctx) == errRequestTimeout {
+		msg := "The engine did not finish the request in time."
+		c.fail(w, &bridge.Error{Status: http.StatusGatewayTimeout, Code: contracts.CodeEngineTimeout, Message: msg,
+			Body: contracts.ErrEngineTimeout(msg).Body()})
+		return true
+	}
+	c.Outcome = OutcomeCanceled
+	c.Code = CodeCanceled
+	if w.Canceled() {
+		_ = w.Fail(&bridge.Error{Status: 499, Code: CodeCanceled, Message: "request canceled by the client"})
+		return true
+	}
+	// Shutdown: let the edge try another replica if nothing was sent.
+	e := contracts.ErrShuttingDown()
+	c.Retryable = w.Sent() == 0
+	_ = w.Fail(&bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body(), Retryable: true})
+	return true
+}
+
+// sendFailed handles an error from w.Data or w.Body.
+func (c *Call) sendFailed(ctx context.Context, w *bridge.ResponseWriter, err error) {
+	if c.interrupted(ctx, w) {
+		return
+	}
+	code := contracts.CodeInternal
+	if errors.Is(err, bridge.ErrCreditTimeout) {
+		code = CodeClientStalled
+	}
+	c.fail(w, &bridge.Error{Status: http.StatusBadGateway, Code: code, Message: "worker could not send the response: " + err.Error()})
+}
+
+// Forward sends c's request to the engine and relays its answer to w,
+// recording in c how it ended, the usage the engine reported and the
+// stream's timings; it always sends the final frame.
+func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter) {
+	body, b64, err := ec.rewriteRequest(c.Req, c.Endpoint, c.Stream)
+	if err != nil {
+		e := contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not a JSON object: "+err.Error())
+		c.fail(w, &bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body()})
+		return
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, ec.cfg.RequestTimeout, errRequestTimeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ec.urls[c.Endpoint], bytes.NewReader(body))
+	if err != nil {
+		c.fail(w, &bridge.Error{Status: http.StatusInternalServerError, Code: contracts.CodeInternal, Message: "worker: build engine request"})
+		return
+	}
+	h := hreq.Header
+	h["Content-Type"] = hdrJSON
+	if c.Stream {
+		h["Accept"] = hdrSSE
+	} else {
+		h["Accept"] = hdrJSON
+	}
+	if ec.authHeader != "" {
+		h["Authorization"] = []string{ec.authHeader}
+	}
+	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+
+	resp, err := ec.client.Do(hreq)
+	if err != nil {
+		if c.interrupted(ctx, w) {
+			return
+		}
+		c.engineFailure(w, "The engine could not be reached: "+UnwrapURLError(err).Error())
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		ec.engineStatus(ctx, c, w, resp)
+		return
+	}
+	if c.Stream {
+		ec.relayStream(ctx, c, w, resp.Body)
+		return
+	}
+	ec.relayWhole(ctx, c, w, resp, b64)
+}
+
+// engineStatus answers an engine's non-200 answer.
+func (ec *Client) engineStatus(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if err != nil && c.interrupted(ctx, w) {
+		return
+	}
+	apiErr, shaped := contracts.ParseError(resp.StatusCode, body)
+	st := resp.StatusCode
+	switch {
+	case st == http.StatusTooManyRequests:
+		e := contracts.ErrOverloaded(ec.cfg.Served)
+		if shaped {
+			e.Message = apiErr.Message
+		}
+		c.fail(w, &bridge.Error{Status: st, Code: contracts.CodeOverloaded, Message: e.Message, Body: e.Body(), Retryable: true})
+	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusNotFound:
+		// The client's request is fine: this replica's binding is not.
+		c.engineFailure(w, fmt.Sprintf("The engine refused the worker's request (status %d); check the model binding.", st))
+	case st >= 400 && st < 500:
+		if !shaped {
+			msg := "The engine rejected the request: " + truncate(string(bytes.TrimSpace(body)), 512)
+			apiErr = &contracts.Error{Status: st, Type: contracts.TypeInvalidRequest, Code: contracts.CodeInvalidRequest, Message: msg}
+			body = apiErr.Body()
+		}
+		code := apiErr.Code
+		if _, numeric := strconv.Atoi(code); code == "" || numeric == nil {
+			code = contracts.CodeInvalidRequest // vLLM puts the HTTP status there
+		}
+		c.fail(w, &bridge.Error{Status: st, Code: code, Message: apiErr.Message, Body: body})
+	default:
+		msg := fmt.Sprintf("The engine failed (status %d)", st)
+		if shaped {
+			msg += ": " + truncate(apiErr.Message, 512)
+		}
+		c.engineFailure(w, msg)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// relayWhole reads a non-streamed answer, rewrites it and sends it.
+func (ec *Client) relayWhole(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response, b64 bool) {
+	body, err := readBody(resp, maxResponseBytes)
+	if err != nil {
+		if c.interrupted(ctx, w) {
+			return
+		}
+		c.engineFailure(w, "The engine's answer was cut short: "+err.Error())
+		return
+	}
+	u, err := findUsage(body)
+	if err != nil {
+		c.engineFailure(w, "The engine answered malformed JSON: "+err.Error())
+		return
+	}
+	c.setUsage(u)
+	if b64 {
+		body, err = embeddingsToBase64(body, ec.servedJSON)
+		if err != nil {
+			c.engineFailure(w, "The engine answered malformed embeddings: "+err.Error())
+			return
+		}
+	} else {
+		body = ec.rewriteModelWhole(body)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/json"
+	}
+	if err := w.Body(ctx, http.StatusOK, ct, body); err != nil {
+		c.sendFailed(ctx, w, err)
+		return
+	}
+	c.Outcome = OutcomeOK
+}
+
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("answer larger than %d bytes", limit)
+	}
+	return b, nil
+}
+
+// streamBufs are the scratch buffers of one stream, recycled.
+type streamBufs struct{ usage, model []byte }
+
+var bufPool = sync.Pool{New: func() any {
+	return &streamBufs{usage: make([]byte, 0, 1024), model: make([]byte, 0, 4096)}
+}}
+
+// relayStream forwards SSE data payloads as they arrive.
+func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWriter, body io.Reader) {
+	rd := contracts.NewSSEReader(body)
+	bufs := bufPool.Get().(*streamBufs)
+	defer func() {
+		if cap(bufs.usage) <= 1<<20 && cap(bufs.model) <= 1<<20 {
+			bufPool.Put(bufs)
+		}
+	}()
+	includeUsage := c.Req.IncludeUsage
+	var last time.Time
+	for {
+		p, err := rd.Next()
+		if err != nil {
+			if c.interrupted(ctx, w) {
+				return
+			}
+			if err == io.EOF {
+				c.engineFailure(w, "The engine ended the stream without [DONE].")
+			} else {
+				c.engineFailure(w, "The engine stream broke: "+err.Error())
+			}
+			return
+		}
+		if bytes.Equal(p, contracts.DoneMarker) {
+			if err := w.End(http.StatusOK, "text/event-stream"); err != nil {
+				c.sendFailed(ctx, w, err)
+				return
+			}
+			c.Outcome = OutcomeOK
+			return
+		}
+		if isErrorEvent(p) {
+			msg := "The engine failed mid-stream."
+			if e, ok := contracts.ParseError(http.StatusBadGateway, p); ok {
+				msg = "The engine failed mid-stream: " + truncate(e.Message, 512)
+			} else if m := vllmErrorMessage(p); m != "" {
+				msg = "The engine failed mid-stream: " + truncate(m, 512)
+			}
+			c.engineFailure(w, msg)
+			return
+		}
+		if at := usageAt(p); at >= 0 {
+			var chunk struct {
+				Choices []json.RawMessage `json:"choices"`
+				Usage   *Usage            `json:"usage"`
+			}
+			if err := json.Unmarshal(p, &chunk); err == nil {
+				c.setUsage(chunk.Usage)
+				if !includeUsage {
+					if len(chunk.Choices) == 0 {
+						continue // the usage-only chunk the client did not ask for
+					}
+					bufs.usage = blankUsage(bufs.usage[:0], p, at)
+					p = bufs.usage
+				}
+			}
+		}
+		content := hasContent(p)
+		if ec.modelNeedle != nil {
+			if i := bytes.Index(p, ec.modelNeedle); i >= 0 {
+				out := append(bufs.model[:0], p[:i]...)
+				out = append(out, ec.modelRepl...)
+				out = append(out, p[i+len(ec.modelNeedle):]...)
+				bufs.model, p = out, out
+			}
+		}
+		now := time.Now()
+		if w.Sent() == 0 {
+			c.TTFT = now.Sub(c.Started)
+			ec.ttft.Observe(c.TTFT.Seconds())
+		} else {
+			ec.itl.Observe(now.Sub(last).Seconds())
+		}
+		last = now
+		if err := w.Data(ctx, p); err != nil {
+			c.sendFailed(ctx, w, err)
+			return
+		}
+		if content {
+			c.Chunks++
+		}
+	}
+}
+
+var (
+	usageKey     = []byte(`"usage":`)
+	errorPrefix  = []byte(`{"error"`)
+	objectError  = []byte(`"object":"error"`)
+	contentKeys  = [...][]byte{[]byte(`content":`), []byte(`"text":`), []byte(`"arguments":`)}
+	modelKeyJSON = []byte(`"model"`)
+)
+
+// usageAt returns the offset of a non-null usage object in a chunk (the
+// offset of its '{'), or -1. It never decodes.
+func usageAt(p []byte) int {
+	i := bytes.Index(p, usageKey)
+	if i < 0 {
+		return -1
+	}
+	j := skipSpace(p, i+len(usageKey))
+	if j < len(p) && p[j] == '{' {
+		return j
+	}
+	return -1
+}
+
+func skipSpace(p []byte, j int) int {
+	for j < len(p) && (p[j] == ' ' || p[j] == '\t' || p[j] == '\n' || p[j] == '\r') {
+		j++
+	}
+	return j
+}
+
+// blankUsage appends p to dst with the usage object at offset at replaced
+// by null.
+func blankUsage(dst, p []byte, at int) []byte {
+	end := objectEnd(p, at)
+	if end < 0 {
+		return append(dst, p...)
+	}
+	dst = append(dst, p[:at]...)
+	dst = append(dst, "null"...)
+	return append(dst, p[end:]...)
+}
+
+// objectEnd returns the offset just past the JSON object starting at p[at].
+func objectEnd(p []byte, at int) int {
+	depth := 0
+	inStr := false
+	for i := at; i < len(p); i++ {
+		ch := p[i]
+		if inStr {
+			switch ch {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch ch {
+		case '"':
+			inStr = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
+}
+
+// isErrorEvent reports whether a stream payload is an error object rather
+// than a chunk: {"error":{...}} (OpenAI) or {"object":"error",...} (older
+// vLLM).
+func isErrorEvent(p []byte) bool {
+	i := skipSpace(p, 0)
+	return bytes.HasPrefix(p[i:], errorPrefix) || bytes.Contains(p, objectError)
+}
+
+func vllmErrorMessage(p []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(p, &e)
+	return e.Message
+}
+
+// hasContent reports whether a chunk carries generated text: a non-empty
+// content, reasoning_content, text or tool-call arguments string.
+func hasContent(p []byte) bool {
+	for _, k := range contentKeys {
+		for rest := p; ; {
+			i := bytes.Index(rest, k)
+			if i < 0 {
+				break
+			}
+			j := skipSpace(rest, i+len(k))
+			if j+1 < len(rest) && rest[j] == '"' && rest[j+1] != '"' {
+				return true
+			}
+			rest = rest[j:]
+		}
+	}
+	return false
+}
+
+// findUsage reads the top-level usage object of a whole answer. Engines put
+// it last, so it decodes from the last "usage" key instead of the whole
+// body, falling back to a full decode.
+func findUsage(body []byte) (*Usage, error) {
+	if i := bytes.LastIndex(body, usageKey); i >= 0 {
+		j := skipSpace(body, i+len(usageKey))
+		if j < len(body) && body[j] == '{' {
+			if end := objectEnd(body, j); end > 0 {
+				var u Usage
+				if err := json.Unmarshal(body[j:end], &u); err == nil {
+					return &u, nil
+				}
+			}
+		}
+	}
+	var whole struct {
+		Usage *Usage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &whole); err != nil {
+		return nil, err
+	}
+	return whole.Usage, nil
+}
+
+// rewriteModelWhole puts the served model name into a whole answer.
+func (ec *Client) rewriteModelWhole(body []byte) []byte {
+	if ec.modelNeedle == nil {
+		return body
+	}
+	if i := bytes.Index(body, ec.modelNeedle); i >= 0 {
+		out := make([]byte, 0, len(body)-len(ec.modelNeedle)+len(ec.modelRepl))
+		out = append(out, body[:i]...)
+		out = append(out, ec.modelRepl...)
+		return append(out, body[i+len(ec.modelNeedle):]...)
+	}
+	if !bytes.Contains(body, modelKeyJSON) {
+		return body
+	}
+	// Not compact JSON: decode the top level.
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return body
+	}
+	if _, ok := m["model"]; !ok {
+		return body
+	}
+	m["model"] = ec.servedJSON
+	out, err := marshalNoEscape(m)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// rewriteRequest turns the client's body into the engine's: the upstream
+// model name; for streams stream_options.include_usage forced on (merged
+// with the client's options); for base64 embeddings a float request (the
+// worker encodes). Every other field is kept as it is.
+func (ec *Client) rewriteRequest(req *bridge.Request, ep Endpoint, stream bool) (body []byte, b64 bool, err error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(req.Body, &m); err != nil {
+		return nil, false, err
+	}
+	if m == nil {
+		return nil, false, errors.New("null body")
+	}
+	m["model"] = ec.upstreamJSON
+	switch {
+	case ep == Embeddings:
+		if v, ok := m["encoding_format"]; ok {
+			var f string
+			if json.Unmarshal(v, &f) == nil && f == "base64" {
+				m["encoding_format"] = rawFloat
+				b64 = true
+			}
+		}
+	case stream:
+		m["stream"] = rawTrue
+		opts := map[string]json.RawMessage{}
+		if v, ok := m["stream_options"]; ok {
+			if i := skipSpace(v, 0); i < len(v) && v[i] == '{' {
+				if err := json.Unmarshal(v, &opts); err != nil {
+					return nil, false, fmt.Errorf("stream_options: %w", err)
+				}
+			}
+		}
+		opts["include_usage"] = rawTrue
+		so, err := marshalNoEscape(opts)
+		if err != nil {
+			return nil, false, err
+		}
+		m["stream_options"] = so
+	default:
+		if v, ok := m["stream"]; ok && !bytes.Equal(v, rawFalse) && string(v) != "null" {
+			m["stream"] = rawFalse
+		}
+	}
+	body, err = marshalNoEscape(m)
+	return body, b64, err
+}
+
+func marshalNoEscape(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// embeddingsToBase64 encodes every float embedding of an answer as OpenAI
+// does for encoding_format=base64 (little-endian float32 bytes), and puts
+// the served model name in.
+func embeddingsToBase64(body []byte, model json.RawMessage) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, err
+	}
+	var data []map[string]json.RawMessage
+	if err := json.Unmarshal(top["data"], &data); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	var floats []float32
+	var raw []byte
+	for i, d := range data {
+		emb := d["embedding"]
+		if j := skipSpace(emb, 0); j >= len(emb) || emb[j] != '[' {
+			continue // not a float array (already encoded)
+		}
+		if err := json.Unmarshal(emb, &floats); err != nil {
+			return nil, fmt.Errorf("data[%d].embedding: %w", i, err)
+		}
+		raw = appendFloat32LE(raw[:0], floats)
+		enc := make([]byte, 0, base64.StdEncoding.EncodedLen(len(raw))+2)
+		enc = append(enc, '"')
+		enc = base64.StdEncoding.AppendEncode(enc, raw)
+		d["embedding"] = append(enc, '"')
+	}
+	encData, err := marshalNoEscape(data)
+	if err != nil {
+		return nil, err
+	}
+	top["data"] = encData
+	if _, ok := top["model"]; ok {
+		top["model"] = model
+	}
+	return marshalNoEscape(top)
+}
+
+func appendFloat32LE(dst []byte, fs []float32) []byte {
+	for _, f := range fs {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
+	}
+	return dst
+}
