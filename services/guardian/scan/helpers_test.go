@@ -133,14 +133,6 @@ func zipWith(t *testing.T, names ...string) []byte {
 	return b.Bytes()
 }
 
-func codes(rs []Reason) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Code)
-	}
-	return out
-}
-
 func hasCode(rs []Reason, code string) bool {
 	for _, r := range rs {
 		if r.Code == code {

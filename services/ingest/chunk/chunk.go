@@ -211,8 +211,6 @@ type building struct {
 	est     int // estimated tokens
 }
 
-func (b *building) newUnits() []unit { return b.units[b.overlap:] }
-
 func joinCost(u unit, first bool) int {
 	if first {
 		return u.tokens

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
 // DOCX extracts Office Open XML word-processing documents. It reads
@@ -50,7 +52,7 @@ func (DOCX) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return nil, parseError("DOCX", err)
+		return nil, textdoc.NewParseError("DOCX", err)
 	}
 	if len(zr.File) > maxZipEntries {
 		return nil, fmt.Errorf("%w: %d zip entries (limit %d)", ErrTooLarge, len(zr.File), maxZipEntries)
@@ -76,7 +78,7 @@ func (DOCX) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	}
 	docFile, ok := files[mainPart]
 	if !ok {
-		return nil, parseError("DOCX", fmt.Errorf("no %s in the archive", mainPart))
+		return nil, textdoc.NewParseError("DOCX", fmt.Errorf("no %s in the archive", mainPart))
 	}
 	styles := map[string]docxStyle{}
 	if sf, ok := files[path.Join(path.Dir(mainPart), "styles.xml")]; ok {
@@ -88,7 +90,7 @@ func (DOCX) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	}
 	rc, err := docFile.Open()
 	if err != nil {
-		return nil, parseError("DOCX", err)
+		return nil, textdoc.NewParseError("DOCX", err)
 	}
 	defer rc.Close()
 	p := &docxParser{ctx: ctx, styles: styles}
@@ -96,9 +98,9 @@ func (DOCX) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 		if errors.Is(err, ErrTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err
 		}
-		return nil, parseError("DOCX", err)
+		return nil, textdoc.NewParseError("DOCX", err)
 	}
-	return p.b.document(FormatDOCX, 0, p.title)
+	return p.b.Document(FormatDOCX, 0, p.title)
 }
 
 // safeZipName rejects names that would escape an extraction directory.
@@ -303,7 +305,7 @@ type docxTable struct {
 type docxParser struct {
 	ctx    context.Context
 	styles map[string]docxStyle
-	b      builder
+	b      textdoc.Builder
 	title  string
 	para   *docxPara    // innermost open paragraph
 	paras  []*docxPara  // open paragraphs (text boxes nest paragraphs inside runs)
@@ -393,7 +395,7 @@ func (p *docxParser) parse(r io.Reader) error {
 				p.endParagraph()
 			case "tc":
 				if tb := p.table(); tb != nil && tb.cell != nil {
-					tb.row = append(tb.row, cleanInline(strings.Join(tb.cell.paras, " ")))
+					tb.row = append(tb.row, textdoc.CleanInline(strings.Join(tb.cell.paras, " ")))
 					tb.cell = nil
 				}
 			case "tr":
@@ -449,13 +451,13 @@ func (p *docxParser) endParagraph() {
 	switch {
 	case level > 0:
 		if isTitle && p.title == "" {
-			p.title = cleanInline(text)
+			p.title = textdoc.CleanInline(text)
 		}
-		p.b.heading(level, text, 0)
+		p.b.Heading(level, text, 0)
 	case para.list:
-		p.b.add(KindList, cleanInline(text), 0)
+		p.b.Add(KindList, textdoc.CleanInline(text), 0)
 	default:
-		p.b.add(KindParagraph, text, 0)
+		p.b.Add(KindParagraph, text, 0)
 	}
 }
 
@@ -477,5 +479,5 @@ func (p *docxParser) endTable() {
 		}
 		return
 	}
-	p.b.add(KindTable, text, 0)
+	p.b.Add(KindTable, text, 0)
 }

@@ -17,47 +17,45 @@ import (
 	"io"
 	"path"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
+	"github.com/aiforge/aiforge/services/ingest/extract/pdf"
 )
 
 // Block kinds.
 const (
-	KindHeading   = "heading"
-	KindParagraph = "paragraph"
-	KindList      = "list"
-	KindTable     = "table"
-	KindCode      = "code"
+	KindHeading   = textdoc.KindHeading
+	KindParagraph = textdoc.KindParagraph
+	KindList      = textdoc.KindList
+	KindTable     = textdoc.KindTable
+	KindCode      = textdoc.KindCode
 )
 
 // Formats understood by ForFormat and returned by Sniff.
 const (
-	FormatPDF      = "pdf"
-	FormatHTML     = "html"
-	FormatMarkdown = "markdown"
-	FormatText     = "text"
-	FormatDOCX     = "docx"
+	FormatPDF      = textdoc.FormatPDF
+	FormatHTML     = textdoc.FormatHTML
+	FormatMarkdown = textdoc.FormatMarkdown
+	FormatText     = textdoc.FormatText
+	FormatDOCX     = textdoc.FormatDOCX
 )
 
-// Block is one unit of document structure.
-type Block struct {
-	Text        string
-	Kind        string   // "heading", "paragraph", "list", "table", "code"
-	Level       int      // heading level 1-6 (0 for other kinds)
-	HeadingPath []string // the headings above this block, outermost first (for headings: the path including itself)
-	Page        int      // 1-based page for PDF, 0 otherwise
-}
-
-// Document is the result of an extraction.
-type Document struct {
-	Blocks []Block
-	Pages  int    // number of pages for paginated formats, 0 otherwise
-	Title  string // document title when one is known (metadata or first heading)
-	Format string // one of the Format constants
-	// Warnings lists non-fatal problems (for example PDF pages that could
-	// not be read completely); the blocks hold what could be extracted.
-	Warnings []string
-}
+type (
+	// Block is one unit of document structure: Text, Kind, Level (heading
+	// level 1-6, 0 for other kinds), HeadingPath (the headings above it,
+	// outermost first; for headings the path including itself) and Page
+	// (1-based for PDF, 0 otherwise).
+	Block = textdoc.Block
+	// Document is the result of an extraction: Blocks, Pages (paginated
+	// formats), Title, Format and Warnings (non-fatal problems).
+	Document = textdoc.Document
+	// ParseError reports a document that could not be parsed. It wraps the
+	// cause.
+	ParseError = textdoc.ParseError
+	// PDF extracts the text layer of PDF files (package extract/pdf).
+	PDF = pdf.Extractor
+)
 
 // Extractor parses one document format.
 type Extractor interface {
@@ -66,17 +64,14 @@ type Extractor interface {
 
 var (
 	// ErrUnsupported: the format is not one ingest can parse.
-	ErrUnsupported = errors.New("unsupported document format (supported: pdf, html, markdown, text, docx)")
+	ErrUnsupported = textdoc.ErrUnsupported
 	// ErrEncrypted: the document is password protected.
-	ErrEncrypted = errors.New("the document is encrypted (password protected); remove the protection and upload it again")
+	ErrEncrypted = textdoc.ErrEncrypted
 	// ErrNoText: the document parsed but holds no extractable text.
-	ErrNoText = errors.New("the document has no extractable text")
+	ErrNoText = textdoc.ErrNoText
 	// ErrTooLarge: a size limit was hit (decompressed size, page count, text size).
-	ErrTooLarge = errors.New("the document exceeds an extraction size limit")
+	ErrTooLarge = textdoc.ErrTooLarge
 )
-
-// errNoTextLayer is ErrNoText with the PDF-specific explanation.
-var errNoTextLayer = fmt.Errorf("%w: the PDF has no text layer (scanned?)", ErrNoText)
 
 // Limits shared by the extractors. They bound memory and time on hostile input.
 const (
@@ -85,7 +80,7 @@ const (
 	// MaxDecompressed bounds the total decompressed size read from a DOCX archive.
 	MaxDecompressed = 200 << 20
 	// MaxPDFPages bounds the number of PDF pages processed.
-	MaxPDFPages = 20000
+	MaxPDFPages = pdf.MaxPages
 )
 
 // ForFormat returns the extractor for a format name ("pdf", "html", "markdown",
@@ -203,129 +198,4 @@ func decodeText(b []byte) string {
 		sb.WriteRune(rune(c))
 	}
 	return sb.String()
-}
-
-// cleanInline collapses all whitespace runs to single spaces, drops control
-// characters and trims the result.
-func cleanInline(s string) string {
-	var sb strings.Builder
-	sb.Grow(len(s))
-	space := false
-	for _, r := range s {
-		switch {
-		case r == utf8.RuneError || r == 0xfeff || r == 0x00ad: // replacement, BOM/ZWNBSP, soft hyphen
-			continue
-		case unicode.IsSpace(r):
-			space = true
-			continue
-		case unicode.IsControl(r):
-			continue
-		}
-		if space && sb.Len() > 0 {
-			sb.WriteByte(' ')
-		}
-		space = false
-		sb.WriteRune(r)
-	}
-	return sb.String()
-}
-
-// cleanPreformatted keeps line structure (for code and tables): it normalises
-// line endings, strips control characters other than tab/newline, trims
-// trailing spaces on each line and drops leading/trailing blank lines.
-func cleanPreformatted(s string) string {
-	s = strings.ReplaceAll(s, "\r\n", "\n")
-	s = strings.ReplaceAll(s, "\r", "\n")
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		l = strings.Map(func(r rune) rune {
-			if r == '\t' {
-				return r
-			}
-			if r == utf8.RuneError || unicode.IsControl(r) {
-				return -1
-			}
-			return r
-		}, l)
-		lines[i] = strings.TrimRightFunc(l, unicode.IsSpace)
-	}
-	for len(lines) > 0 && lines[0] == "" {
-		lines = lines[1:]
-	}
-	for len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// builder accumulates blocks and maintains the heading path.
-type builder struct {
-	blocks []Block
-	// stack of open headings: levels and texts, outermost first.
-	levels []int
-	texts  []string
-	title  string
-}
-
-func (b *builder) heading(level int, text string, page int) {
-	text = cleanInline(text)
-	if text == "" {
-		return
-	}
-	level = max(1, min(6, level))
-	for len(b.levels) > 0 && b.levels[len(b.levels)-1] >= level {
-		b.levels = b.levels[:len(b.levels)-1]
-		b.texts = b.texts[:len(b.texts)-1]
-	}
-	b.levels = append(b.levels, level)
-	b.texts = append(b.texts, text)
-	if b.title == "" {
-		b.title = text
-	}
-	b.blocks = append(b.blocks, Block{
-		Text: text, Kind: KindHeading, Level: level, HeadingPath: b.path(), Page: page,
-	})
-}
-
-// add appends a non-heading block. Inline kinds are whitespace-collapsed;
-// code and table keep their line structure.
-func (b *builder) add(kind, text string, page int) {
-	if kind == KindCode || kind == KindTable || kind == KindList {
-		text = cleanPreformatted(text)
-		if kind == KindList {
-			// collapse whitespace within each item line, keep one item per line
-			lines := strings.Split(text, "\n")
-			out := lines[:0]
-			for _, l := range lines {
-				if l = cleanInline(l); l != "" {
-					out = append(out, l)
-				}
-			}
-			text = strings.Join(out, "\n")
-		}
-	} else {
-		text = cleanInline(text)
-	}
-	if strings.TrimSpace(text) == "" {
-		return
-	}
-	b.blocks = append(b.blocks, Block{Text: text, Kind: kind, HeadingPath: b.path(), Page: page})
-}
-
-func (b *builder) path() []string {
-	if len(b.texts) == 0 {
-		return nil
-	}
-	return append([]string(nil), b.texts...)
-}
-
-func (b *builder) document(format string, pages int, title string) (*Document, error) {
-	if title == "" {
-		title = b.title
-	}
-	doc := &Document{Blocks: b.blocks, Pages: pages, Title: cleanInline(title), Format: format}
-	if len(doc.Blocks) == 0 {
-		return nil, ErrNoText
-	}
-	return doc, nil
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aiforge/aiforge/services/ingest/internal/testpdf"
 )
 
 func extractString(t *testing.T, format, s string) *Document {
@@ -373,5 +375,39 @@ func TestSniffAndForFormat(t *testing.T) {
 	}
 	if _, ok := ForFormat("pptx"); ok {
 		t.Error("ForFormat(pptx) should fail")
+	}
+}
+
+func allText(doc *Document) string {
+	var parts []string
+	for _, b := range doc.Blocks {
+		parts = append(parts, b.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// ForFormat dispatches PDFs to extract/pdf; its errors are extract's.
+func TestForFormatPDF(t *testing.T) {
+	ctx := context.Background()
+	x, ok := ForFormat(FormatPDF)
+	if !ok {
+		t.Fatal("ForFormat(pdf) missing")
+	}
+	data := testpdf.Report(t, 2)
+	doc, err := x.Extract(ctx, bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Format != FormatPDF || doc.Pages != 2 || len(doc.Blocks) == 0 {
+		t.Fatalf("format %q, %d pages", doc.Format, doc.Pages)
+	}
+	img := testpdf.ImageOnly(t)
+	if _, err := x.Extract(ctx, bytes.NewReader(img), int64(len(img))); !errors.Is(err, ErrNoText) {
+		t.Fatalf("image-only PDF: %v, want ErrNoText", err)
+	}
+	bad := []byte("%PDF-1.4\ngarbage")
+	var pe *ParseError
+	if _, err := x.Extract(ctx, bytes.NewReader(bad), int64(len(bad))); !errors.As(err, &pe) || pe.Format != "PDF" {
+		t.Fatalf("malformed PDF: %v, want a *ParseError", err)
 	}
 }

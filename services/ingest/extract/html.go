@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
 // HTML extracts text from HTML with golang.org/x/net/html. Script, style,
@@ -24,7 +26,7 @@ func (HTML) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	}
 	root, err := html.Parse(strings.NewReader(decodeText(raw)))
 	if err != nil {
-		return nil, parseError("HTML", err)
+		return nil, textdoc.NewParseError("HTML", err)
 	}
 	w := &htmlWalker{ctx: ctx}
 	w.walk(root, 0)
@@ -32,13 +34,13 @@ func (HTML) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	if w.err != nil {
 		return nil, w.err
 	}
-	return w.b.document(FormatHTML, 0, w.title)
+	return w.b.Document(FormatHTML, 0, w.title)
 }
 
 type htmlWalker struct {
 	ctx   context.Context
 	err   error
-	b     builder
+	b     textdoc.Builder
 	buf   strings.Builder
 	kinds []string // open block containers (innermost last)
 	title string
@@ -111,7 +113,7 @@ func (w *htmlWalker) walk(n *html.Node, depth int) {
 	case html.DocumentNode:
 		// <title> sits in <head>, which is otherwise skipped.
 		if t := findFirst(n, atom.Title); t != nil {
-			w.title = cleanInline(textContent(t))
+			w.title = textdoc.CleanInline(textContent(t))
 		}
 	case html.ElementNode:
 		if skipHTML(n) {
@@ -119,17 +121,17 @@ func (w *htmlWalker) walk(n *html.Node, depth int) {
 		}
 		if lvl := headingLevel(n.DataAtom); lvl > 0 {
 			w.flush()
-			w.b.heading(lvl, textContent(n), 0)
+			w.b.Heading(lvl, textContent(n), 0)
 			return
 		}
 		switch n.DataAtom {
 		case atom.Pre:
 			w.flush()
-			w.b.add(KindCode, textContent(n), 0)
+			w.b.Add(KindCode, textContent(n), 0)
 			return
 		case atom.Table:
 			w.flush()
-			w.b.add(KindTable, tableText(n), 0)
+			w.b.Add(KindTable, tableText(n), 0)
 			return
 		case atom.Br:
 			w.buf.WriteByte('\n')
@@ -168,9 +170,9 @@ func (w *htmlWalker) flush() {
 	text := w.buf.String()
 	w.buf.Reset()
 	if kind == KindList {
-		text = cleanInline(text)
+		text = textdoc.CleanInline(text)
 	}
-	w.b.add(kind, text, 0)
+	w.b.Add(kind, text, 0)
 }
 
 func findFirst(n *html.Node, a atom.Atom) *html.Node {
@@ -231,14 +233,14 @@ func tableText(t *html.Node) string {
 			}
 			switch c.DataAtom {
 			case atom.Caption:
-				if s := cleanInline(textContent(c)); s != "" {
+				if s := textdoc.CleanInline(textContent(c)); s != "" {
 					lines = append(lines, s)
 				}
 			case atom.Tr:
 				var cells []string
 				for td := c.FirstChild; td != nil; td = td.NextSibling {
 					if td.Type == html.ElementNode && (td.DataAtom == atom.Td || td.DataAtom == atom.Th) {
-						cells = append(cells, cleanInline(textContent(td)))
+						cells = append(cells, textdoc.CleanInline(textContent(td)))
 					}
 				}
 				if strings.TrimSpace(strings.Join(cells, "")) != "" {

@@ -11,6 +11,8 @@ import (
 	east "github.com/yuin/goldmark/extension/ast"
 	"github.com/yuin/goldmark/text"
 	"golang.org/x/net/html"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
 // Markdown extracts CommonMark/GFM documents using goldmark's parser (AST):
@@ -36,7 +38,7 @@ func (Markdown) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Docume
 	if w.err != nil {
 		return nil, w.err
 	}
-	return w.b.document(FormatMarkdown, 0, title)
+	return w.b.Document(FormatMarkdown, 0, title)
 }
 
 // stripFrontMatter removes a leading "---" YAML block and returns its title.
@@ -67,7 +69,7 @@ type mdWalker struct {
 	ctx   context.Context
 	err   error
 	src   []byte
-	b     builder
+	b     textdoc.Builder
 	steps int
 }
 
@@ -83,25 +85,25 @@ func (w *mdWalker) walk(n ast.Node, kind string, depth int) {
 	}
 	switch n := n.(type) {
 	case *ast.Heading:
-		w.b.heading(n.Level, w.inline(n), 0)
+		w.b.Heading(n.Level, w.inline(n), 0)
 		return
 	case *ast.Paragraph, *ast.TextBlock:
-		w.b.add(kind, w.inline(n), 0)
+		w.b.Add(kind, w.inline(n), 0)
 		return
 	case *ast.FencedCodeBlock:
-		w.b.add(KindCode, w.lines(n), 0)
+		w.b.Add(KindCode, w.lines(n), 0)
 		return
 	case *ast.CodeBlock:
-		w.b.add(KindCode, w.lines(n), 0)
+		w.b.Add(KindCode, w.lines(n), 0)
 		return
 	case *ast.HTMLBlock:
 		frag := w.lines(n)
 		if doc, err := html.Parse(strings.NewReader(frag)); err == nil {
-			w.b.add(kind, textContent(doc), 0)
+			w.b.Add(kind, textContent(doc), 0)
 		}
 		return
 	case *east.Table:
-		w.b.add(KindTable, w.table(n), 0)
+		w.b.Add(KindTable, w.table(n), 0)
 		return
 	case *ast.ThematicBreak:
 		return
@@ -160,7 +162,7 @@ func (w *mdWalker) table(t *east.Table) string {
 	for r := t.FirstChild(); r != nil; r = r.NextSibling() {
 		var cells []string
 		for c := r.FirstChild(); c != nil; c = c.NextSibling() {
-			cells = append(cells, cleanInline(w.inline(c)))
+			cells = append(cells, textdoc.CleanInline(w.inline(c)))
 		}
 		if strings.TrimSpace(strings.Join(cells, "")) != "" {
 			rows = append(rows, strings.Join(cells, " | "))

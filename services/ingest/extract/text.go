@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"strings"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
 // Text extracts plain text: paragraphs are separated by blank lines.
@@ -21,11 +23,11 @@ func (Text) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 	s := decodeText(raw)
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	s = strings.ReplaceAll(s, "\r", "\n")
-	var b builder
+	var b textdoc.Builder
 	var para []string
 	flush := func() {
 		if len(para) > 0 {
-			b.add(KindParagraph, strings.Join(para, " "), 0)
+			b.Add(KindParagraph, strings.Join(para, " "), 0)
 			para = para[:0]
 		}
 	}
@@ -37,5 +39,5 @@ func (Text) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 		para = append(para, line)
 	}
 	flush()
-	return b.document(FormatText, 0, "")
+	return b.Document(FormatText, 0, "")
 }

@@ -1,4 +1,4 @@
-package extract
+package pdf
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/ledongthuc/pdf"
+	pdfr "github.com/ledongthuc/pdf"
 )
 
-// This file walks a page's content stream (with pdf.Interpret from
+// This file walks a page's content stream (with pdfr.Interpret from
 // ledongthuc/pdf for the tokenising) and records every glyph with its
 // position, then rebuilds words, lines and paragraphs from the geometry:
 // a space goes where the gap to the previous glyph is wider than a fraction
@@ -74,7 +74,7 @@ type pageWalker struct {
 
 // walkPage interprets a page's content and returns its glyphs. A malformed
 // stream stops the walk: the glyphs read so far are returned with the error.
-func walkPage(page pdf.Value, check func() error) (glyphs []glyph, err error) {
+func walkPage(page pdfr.Value, check func() error) (glyphs []glyph, err error) {
 	w := &pageWalker{check: check, fonts: map[string]*pdfFont{}}
 	defer func() {
 		if r := recover(); r != nil {
@@ -87,7 +87,7 @@ func walkPage(page pdf.Value, check func() error) (glyphs []glyph, err error) {
 		}
 	}()
 	contents := page.Key("Contents")
-	if k := contents.Kind(); k != pdf.Stream && k != pdf.Array {
+	if k := contents.Kind(); k != pdfr.Stream && k != pdfr.Array {
 		return nil, nil
 	}
 	res := inherited(page, "Resources")
@@ -96,18 +96,18 @@ func walkPage(page pdf.Value, check func() error) (glyphs []glyph, err error) {
 }
 
 // inherited looks a page attribute up the page tree, with a bounded walk
-// (a Parent cycle would loop forever in pdf.Page.Resources).
-func inherited(v pdf.Value, key string) pdf.Value {
+// (a Parent cycle would loop forever in pdfr.Page.Resources).
+func inherited(v pdfr.Value, key string) pdfr.Value {
 	for i := 0; i < maxInheritDepth && !v.IsNull(); i++ {
 		if r := v.Key(key); !r.IsNull() {
 			return r
 		}
 		v = v.Key("Parent")
 	}
-	return pdf.Value{}
+	return pdfr.Value{}
 }
 
-func (w *pageWalker) font(res pdf.Value, scope int, name string) *pdfFont {
+func (w *pageWalker) font(res pdfr.Value, scope int, name string) *pdfFont {
 	key := fmt.Sprintf("%d/%s", scope, name)
 	if f, ok := w.fonts[key]; ok {
 		return f
@@ -117,14 +117,14 @@ func (w *pageWalker) font(res pdf.Value, scope int, name string) *pdfFont {
 	return f
 }
 
-func (w *pageWalker) run(strm, res pdf.Value, g gstate, depth int) {
+func (w *pageWalker) run(strm, res pdfr.Value, g gstate, depth int) {
 	scope := w.scope
 	var tm, tlm mat = identity, identity
 	var stack []gstate
 	show := func(raw string) { tm = w.show(raw, &g, tm) }
-	pdf.Interpret(strm, func(stk *pdf.Stack, op string) {
+	pdfr.Interpret(strm, func(stk *pdfr.Stack, op string) {
 		n := stk.Len()
-		args := make([]pdf.Value, n)
+		args := make([]pdfr.Value, n)
 		for i := n - 1; i >= 0; i-- {
 			args[i] = stk.Pop()
 		}
@@ -209,7 +209,7 @@ func (w *pageWalker) run(strm, res pdf.Value, g gstate, depth int) {
 			v := args[len(args)-1]
 			for i := 0; i < v.Len(); i++ {
 				x := v.Index(i)
-				if x.Kind() == pdf.String {
+				if x.Kind() == pdfr.String {
 					show(x.RawString())
 				} else {
 					tx := -x.Float64() / 1000 * g.tfs * g.th
@@ -226,12 +226,12 @@ func (w *pageWalker) run(strm, res pdf.Value, g gstate, depth int) {
 
 // form runs a Form XObject (text inside forms is common: headers, stamps,
 // whole pages re-used as forms).
-func (w *pageWalker) form(res pdf.Value, name string, g gstate, depth int) {
+func (w *pageWalker) form(res pdfr.Value, name string, g gstate, depth int) {
 	if depth >= maxFormDepth || w.forms >= maxFormsPerPage {
 		return
 	}
 	x := res.Key("XObject").Key(name)
-	if x.Kind() != pdf.Stream || x.Key("Subtype").Name() != "Form" {
+	if x.Kind() != pdfr.Stream || x.Key("Subtype").Name() != "Form" {
 		return
 	}
 	w.forms++

@@ -1,10 +1,10 @@
-package extract
+package pdf
 
 import (
 	"sort"
 	"strings"
 
-	"github.com/ledongthuc/pdf"
+	pdfr "github.com/ledongthuc/pdf"
 )
 
 // pdfFont is what the text walker needs from a PDF font: how to split a
@@ -19,7 +19,7 @@ import (
 // the built-in AFM metrics of the standard fonts, or an estimate.
 type pdfFont struct {
 	twoByte bool // composite (Type0) font: 2-byte codes
-	enc     pdf.TextEncoding
+	enc     pdfr.TextEncoding
 	uni     *toUnicode // the font's /ToUnicode map, preferred over enc
 	cache   map[string]string
 
@@ -61,14 +61,14 @@ const maxCIDEntries = 1 << 16
 
 // loadFont reads a font dictionary. It never panics: on a malformed font it
 // degrades to Latin-1 decoding with estimated widths.
-func loadFont(v pdf.Value) (f *pdfFont) {
+func loadFont(v pdfr.Value) (f *pdfFont) {
 	f = &pdfFont{scale: 0.001, cache: map[string]string{}}
 	defer func() {
 		if recover() != nil {
 			f = &pdfFont{enc: latin1Encoding{}, std: &widthHelvetica, scale: 0.001, cache: map[string]string{}}
 		}
 	}()
-	if v.Kind() != pdf.Dict {
+	if v.Kind() != pdfr.Dict {
 		return defaultFont
 	}
 	base := v.Key("BaseFont").Name()
@@ -84,7 +84,7 @@ func loadFont(v pdf.Value) (f *pdfFont) {
 			desc = d.Key("FontDescriptor")
 		}
 		f.dw = 1000
-		if dw := d.Key("DW"); dw.Kind() == pdf.Integer || dw.Kind() == pdf.Real {
+		if dw := d.Key("DW"); dw.Kind() == pdfr.Integer || dw.Kind() == pdfr.Real {
 			f.dw = dw.Float64()
 		}
 		f.readCIDWidths(d.Key("W"))
@@ -131,7 +131,7 @@ func loadFont(v pdf.Value) (f *pdfFont) {
 	f.bold = strings.Contains(lb, "bold") || strings.Contains(lb, "black") || strings.Contains(lb, "heavy") ||
 		desc.Key("FontWeight").Float64() >= 600 || desc.Key("Flags").Int64()&(1<<18) != 0
 	f.uni = parseToUnicode(v.Key("ToUnicode"))
-	pf := pdf.Font{V: v}
+	pf := pdfr.Font{V: v}
 	f.enc = pf.Encoder()
 	if f.enc == nil {
 		f.enc = latin1Encoding{}
@@ -140,17 +140,17 @@ func loadFont(v pdf.Value) (f *pdfFont) {
 }
 
 // readCIDWidths parses a CIDFont /W array: [c [w1 w2 ...]] or [cfirst clast w].
-func (f *pdfFont) readCIDWidths(w pdf.Value) {
+func (f *pdfFont) readCIDWidths(w pdfr.Value) {
 	n := w.Len()
 	entries := 0
 	for i := 0; i < n && entries < maxCIDEntries; {
 		c := w.Index(i)
-		if c.Kind() != pdf.Integer {
+		if c.Kind() != pdfr.Integer {
 			return
 		}
 		next := w.Index(i + 1)
 		switch next.Kind() {
-		case pdf.Array:
+		case pdfr.Array:
 			if f.cidW == nil {
 				f.cidW = map[int]float64{}
 			}
@@ -160,7 +160,7 @@ func (f *pdfFont) readCIDWidths(w pdf.Value) {
 				entries++
 			}
 			i += 2
-		case pdf.Integer:
+		case pdfr.Integer:
 			f.ranges = append(f.ranges, cidRange{int(c.Int64()), int(next.Int64()), w.Index(i + 2).Float64()})
 			entries++
 			i += 3

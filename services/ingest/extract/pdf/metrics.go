@@ -1,6 +1,6 @@
 // Code generated from the Adobe Core 14 AFM metrics (as shipped by github.com/go-pdf/fpdf, MIT). DO NOT EDIT.
 
-package extract
+package pdf
 
 // Glyph advance widths (1/1000 em) of the standard PDF fonts, indexed by
 // WinAnsiEncoding code. Used when a font dictionary carries no /Widths

@@ -1,4 +1,7 @@
-package extract
+// Package pdf is extract's PDF extractor: the text layer of a PDF, with
+// positioned glyphs joined into lines and paragraphs, headings inferred from
+// font size and weight, and running headers and page numbers dropped.
+package pdf
 
 import (
 	"bytes"
@@ -14,15 +17,18 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ledongthuc/pdf"
+	pdfr "github.com/ledongthuc/pdf"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
-// PDF extracts the text layer of PDF files with github.com/ledongthuc/pdf
-// (BSD licence; unidoc/unipdf needs a commercial licence).
+// Extractor extracts the text layer of PDF files with
+// github.com/ledongthuc/pdf (BSD licence; unidoc/unipdf needs a commercial
+// licence).
 //
 // ledongthuc parses the file structure, decrypts (RC4/AES-128 with an empty
 // user password), decompresses and tokenises content streams and decodes font
-// encodings. Text positioning is done here (see pdftext.go): ledongthuc's
+// encodings. Text positioning is done here (see text.go): ledongthuc's
 // Page.Content reports width 0 for glyphs of the standard fonts written
 // without /Widths and of every composite (CID) font, so words run together.
 //
@@ -30,21 +36,28 @@ import (
 // (larger than the body text) and weight; running headers, footers and page
 // numbers repeated across pages are dropped.
 //
-// Errors: ErrEncrypted for password-protected files and encryption ledongthuc
-// cannot read (AES-256); ErrNoText (with "the PDF has no text layer
-// (scanned?)") when no page has text; a *ParseError for malformed files.
+// Errors (as package extract exports them): ErrEncrypted for
+// password-protected files and encryption ledongthuc cannot read (AES-256);
+// ErrNoText (with "the PDF has no text layer (scanned?)") when no page has
+// text; a *ParseError for malformed files.
 // ledongthuc panics on some malformed inputs: every call into it runs under
 // recover, and the whole extraction runs in its own goroutine so that a
 // cancelled context returns promptly even if the parser is stuck.
-type PDF struct{}
+type Extractor struct{}
 
-// Extract implements Extractor.
-func (PDF) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, error) {
+// MaxPages bounds the number of PDF pages processed.
+const MaxPages = 20000
+
+// errNoTextLayer is ErrNoText with the PDF-specific explanation.
+var errNoTextLayer = fmt.Errorf("%w: the PDF has no text layer (scanned?)", textdoc.ErrNoText)
+
+// Extract implements extract.Extractor.
+func (Extractor) Extract(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Document, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	type result struct {
-		doc *Document
+		doc *textdoc.Document
 		err error
 	}
 	ch := make(chan result, 1)
@@ -52,7 +65,7 @@ func (PDF) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, e
 		var res result
 		defer func() {
 			if p := recover(); p != nil {
-				res = result{nil, parseError("PDF", fmt.Errorf("parser panic: %v\n%s", p, firstLines(debug.Stack(), 12)))}
+				res = result{nil, textdoc.NewParseError("PDF", fmt.Errorf("parser panic: %v\n%s", p, firstLines(debug.Stack(), 12)))}
 			}
 			ch <- res
 		}()
@@ -92,21 +105,21 @@ func (h headerPatch) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*Document, error) {
+func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Document, error) {
 	head := make([]byte, 9)
 	if n, _ := r.ReadAt(head, 0); n < 9 || !bytes.HasPrefix(head, []byte("%PDF-")) {
-		return nil, parseError("PDF", errors.New("not a PDF file: missing %PDF- header"))
+		return nil, textdoc.NewParseError("PDF", errors.New("not a PDF file: missing %PDF- header"))
 	}
 	src := r
 	if !(head[5] == '1' && head[6] == '.' && head[7] >= '0' && head[7] <= '7' && (head[8] == '\r' || head[8] == '\n')) {
 		src = headerPatch{r: r, patch: []byte("%PDF-1.7\n")}
 	}
-	rd, err := pdf.NewReader(src, size)
+	rd, err := pdfr.NewReader(src, size)
 	if err != nil {
-		if errors.Is(err, pdf.ErrInvalidPassword) || strings.Contains(strings.ToLower(err.Error()), "encrypt") || hasEncryptDict(r, size) {
-			return nil, fmt.Errorf("%w (%v)", ErrEncrypted, err)
+		if errors.Is(err, pdfr.ErrInvalidPassword) || strings.Contains(strings.ToLower(err.Error()), "encrypt") || hasEncryptDict(r, size) {
+			return nil, fmt.Errorf("%w (%v)", textdoc.ErrEncrypted, err)
 		}
-		return nil, parseError("PDF", err)
+		return nil, textdoc.NewParseError("PDF", err)
 	}
 	pages, err := collectPages(rd)
 	if err != nil {
@@ -150,26 +163,26 @@ func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*Document, erro
 			if pageErr != nil {
 				cause = pageErr.Error()
 			}
-			return nil, fmt.Errorf("%w (its encryption is not supported by the PDF reader: %s)", ErrEncrypted, cause)
+			return nil, fmt.Errorf("%w (its encryption is not supported by the PDF reader: %s)", textdoc.ErrEncrypted, cause)
 		}
 		if pageErr != nil {
-			return nil, parseError("PDF", pageErr)
+			return nil, textdoc.NewParseError("PDF", pageErr)
 		}
 		return nil, errNoTextLayer
 	}
 	levels := headingLevels(all)
-	var b builder
+	var b textdoc.Builder
 	for _, p := range all {
 		switch lvl := levels(p); {
 		case lvl > 0:
-			b.heading(lvl, p.text, p.page)
+			b.Heading(lvl, p.text, p.page)
 		case p.list:
-			b.add(KindList, p.text, p.page)
+			b.Add(textdoc.KindList, p.text, p.page)
 		default:
-			b.add(KindParagraph, p.text, p.page)
+			b.Add(textdoc.KindParagraph, p.text, p.page)
 		}
 	}
-	doc, err := b.document(FormatPDF, len(pages), pdfTitle(rd))
+	doc, err := b.Document(textdoc.FormatPDF, len(pages), pdfTitle(rd))
 	if err != nil {
 		return nil, errNoTextLayer
 	}
@@ -189,32 +202,32 @@ func hasEncryptDict(r io.ReaderAt, size int64) bool {
 	return bytes.Contains(buf[:n], []byte("/Encrypt"))
 }
 
-// collectPages walks the page tree once (pdf.Reader.Page walks it from the
+// collectPages walks the page tree once (pdfr.Reader.Page walks it from the
 // root for every page and trusts /Count), bounded in depth and size so that
 // cycles and absurd counts cannot hang the walk.
-func collectPages(rd *pdf.Reader) (pages []pdf.Value, err error) {
+func collectPages(rd *pdfr.Reader) (pages []pdfr.Value, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			pages, err = nil, parseError("PDF", fmt.Errorf("page tree: %v", p))
+			pages, err = nil, textdoc.NewParseError("PDF", fmt.Errorf("page tree: %v", p))
 		}
 	}()
 	root := rd.Trailer().Key("Root").Key("Pages")
 	if root.IsNull() {
-		return nil, parseError("PDF", errors.New("no page tree (missing /Root /Pages)"))
+		return nil, textdoc.NewParseError("PDF", errors.New("no page tree (missing /Root /Pages)"))
 	}
 	visited := 0
-	var walk func(v pdf.Value, depth int) error
-	walk = func(v pdf.Value, depth int) error {
-		if visited++; visited > 4*MaxPDFPages {
-			return fmt.Errorf("%w: page tree larger than %d nodes", ErrTooLarge, 4*MaxPDFPages)
+	var walk func(v pdfr.Value, depth int) error
+	walk = func(v pdfr.Value, depth int) error {
+		if visited++; visited > 4*MaxPages {
+			return fmt.Errorf("%w: page tree larger than %d nodes", textdoc.ErrTooLarge, 4*MaxPages)
 		}
 		if depth > 64 {
 			return nil // a cycle or an absurdly deep tree: ignore the branch
 		}
 		kids := v.Key("Kids")
-		if v.Key("Type").Name() == "Page" || (kids.Kind() != pdf.Array && !v.Key("Contents").IsNull()) {
-			if len(pages) >= MaxPDFPages {
-				return fmt.Errorf("%w: more than %d pages", ErrTooLarge, MaxPDFPages)
+		if v.Key("Type").Name() == "Page" || (kids.Kind() != pdfr.Array && !v.Key("Contents").IsNull()) {
+			if len(pages) >= MaxPages {
+				return fmt.Errorf("%w: more than %d pages", textdoc.ErrTooLarge, MaxPages)
 			}
 			pages = append(pages, v)
 			return nil
@@ -230,18 +243,18 @@ func collectPages(rd *pdf.Reader) (pages []pdf.Value, err error) {
 		return nil, err
 	}
 	if len(pages) == 0 {
-		return nil, parseError("PDF", errors.New("the page tree holds no pages"))
+		return nil, textdoc.NewParseError("PDF", errors.New("the page tree holds no pages"))
 	}
 	return pages, nil
 }
 
-func pdfTitle(rd *pdf.Reader) (title string) {
+func pdfTitle(rd *pdfr.Reader) (title string) {
 	defer func() {
 		if recover() != nil {
 			title = ""
 		}
 	}()
-	t := cleanInline(rd.Trailer().Key("Info").Key("Title").Text())
+	t := textdoc.CleanInline(rd.Trailer().Key("Info").Key("Title").Text())
 	t = strings.TrimPrefix(t, "Microsoft Word - ")
 	if strings.EqualFold(t, "untitled") {
 		return ""

@@ -1,4 +1,4 @@
-package extract
+package pdf
 
 import (
 	"bytes"
@@ -11,23 +11,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ledongthuc/pdf"
+	pdfr "github.com/ledongthuc/pdf"
 
 	"github.com/aiforge/aiforge/services/ingest/internal/testpdf"
+
+	"github.com/aiforge/aiforge/services/ingest/extract/internal/textdoc"
 )
 
-func extractPDFBytes(t testing.TB, data []byte) (*Document, error) {
+func extractPDFBytes(t testing.TB, data []byte) (*textdoc.Document, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	doc, err := PDF{}.Extract(ctx, bytes.NewReader(data), int64(len(data)))
+	doc, err := Extractor{}.Extract(ctx, bytes.NewReader(data), int64(len(data)))
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("PDF extraction hung")
 	}
 	return doc, err
 }
 
-func allText(doc *Document) string {
+func allText(doc *textdoc.Document) string {
 	var parts []string
 	for _, b := range doc.Blocks {
 		parts = append(parts, b.Text)
@@ -41,7 +43,7 @@ func TestPDFReportPagesHeadingsAndParagraphs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.Format != FormatPDF || doc.Pages != pages || doc.Title != "Generated Report" {
+	if doc.Format != textdoc.FormatPDF || doc.Pages != pages || doc.Title != "Generated Report" {
 		t.Fatalf("format/pages/title = %q/%d/%q", doc.Format, doc.Pages, doc.Title)
 	}
 	seenPages := map[int]bool{}
@@ -53,7 +55,7 @@ func TestPDFReportPagesHeadingsAndParagraphs(t *testing.T) {
 		}
 		if strings.Contains(b.Text, testpdf.KnownSentence) {
 			found = true
-			if b.Page != 3 || b.Kind != KindParagraph {
+			if b.Page != 3 || b.Kind != textdoc.KindParagraph {
 				t.Errorf("known sentence block: page %d kind %s", b.Page, b.Kind)
 			}
 			if want := []string{"Chapter 3: Topic 3", "Section 3.1 Details"}; !slices.Equal(b.HeadingPath, want) {
@@ -76,7 +78,7 @@ func TestPDFReportPagesHeadingsAndParagraphs(t *testing.T) {
 	// heading levels from font sizes: 18pt chapters are level 1, 14pt sections level 2
 	var chapters, sections int
 	for _, b := range doc.Blocks {
-		if b.Kind != KindHeading {
+		if b.Kind != textdoc.KindHeading {
 			continue
 		}
 		switch {
@@ -100,7 +102,7 @@ func TestPDFReportPagesHeadingsAndParagraphs(t *testing.T) {
 	// paragraphs come from line gaps: each generated paragraph is one block
 	paras := 0
 	for _, b := range doc.Blocks {
-		if b.Kind == KindParagraph {
+		if b.Kind == textdoc.KindParagraph {
 			paras++
 		}
 	}
@@ -116,7 +118,7 @@ func TestPDFGlyphByGlyphWordsSeparated(t *testing.T) {
 	lines := []string{"Sovereign inference keeps data home", "illicit minimum lilliput wavy WAVE"}
 	data := testpdf.GlyphByGlyph(t, lines...)
 
-	r, err := pdf.NewReader(bytes.NewReader(data), int64(len(data)))
+	r, err := pdfr.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,14 +178,14 @@ func TestPDFCompositeFontUnicode(t *testing.T) {
 	if !strings.Contains(got, line) {
 		t.Errorf("got %q, want it to contain %q", got, line)
 	}
-	if doc.Blocks[0].Kind != KindHeading || doc.Blocks[0].Text != "Unicode Heading" {
+	if doc.Blocks[0].Kind != textdoc.KindHeading || doc.Blocks[0].Text != "Unicode Heading" {
 		t.Errorf("first block = %+v", doc.Blocks[0])
 	}
 }
 
 func TestPDFVersion2Header(t *testing.T) {
 	data := testpdf.OnePage("%PDF-2.0", "BT /F1 12 Tf 72 700 Td (PDF two) Tj ET")
-	if _, err := pdf.NewReader(bytes.NewReader(data), int64(len(data))); err == nil {
+	if _, err := pdfr.NewReader(bytes.NewReader(data), int64(len(data))); err == nil {
 		t.Log("ledongthuc now accepts PDF 2.0 headers itself")
 	}
 	doc, err := extractPDFBytes(t, data)
@@ -215,26 +217,26 @@ func TestPDFFormXObjectText(t *testing.T) {
 
 func TestPDFNoTextLayer(t *testing.T) {
 	_, err := extractPDFBytes(t, testpdf.ImageOnly(t))
-	if !errors.Is(err, ErrNoText) {
-		t.Fatalf("err = %v, want ErrNoText", err)
+	if !errors.Is(err, textdoc.ErrNoText) {
+		t.Fatalf("err = %v, want textdoc.ErrNoText", err)
 	}
 	if !strings.Contains(err.Error(), "the PDF has no text layer (scanned?)") {
 		t.Errorf("unclear message: %v", err)
 	}
 	// an empty content stream is the same
-	if _, err := extractPDFBytes(t, testpdf.OnePage("%PDF-1.4", "")); !errors.Is(err, ErrNoText) {
+	if _, err := extractPDFBytes(t, testpdf.OnePage("%PDF-1.4", "")); !errors.Is(err, textdoc.ErrNoText) {
 		t.Errorf("empty page: err = %v", err)
 	}
 }
 
 func TestPDFEncrypted(t *testing.T) {
 	_, err := extractPDFBytes(t, testpdf.Protected(t, "user-secret"))
-	if !errors.Is(err, ErrEncrypted) {
-		t.Fatalf("err = %v, want ErrEncrypted", err)
+	if !errors.Is(err, textdoc.ErrEncrypted) {
+		t.Fatalf("err = %v, want textdoc.ErrEncrypted", err)
 	}
 	// Owner-password-only protection opens with the empty user password,
 	// but fpdf writes 40-bit RC4, which ledongthuc/pdf decrypts wrongly
-	// (object keys not truncated to n+5 bytes): a clear ErrEncrypted, not a
+	// (object keys not truncated to n+5 bytes): a clear textdoc.ErrEncrypted, not a
 	// zlib error. If the reader learns to decrypt it, text must come out.
 	doc, err := extractPDFBytes(t, testpdf.Protected(t, ""))
 	switch {
@@ -242,8 +244,8 @@ func TestPDFEncrypted(t *testing.T) {
 		if !strings.Contains(allText(doc), "Confidential quarterly numbers") {
 			t.Errorf("got %q", allText(doc))
 		}
-	case !errors.Is(err, ErrEncrypted):
-		t.Errorf("owner-only protection: err = %v, want ErrEncrypted", err)
+	case !errors.Is(err, textdoc.ErrEncrypted):
+		t.Errorf("owner-only protection: err = %v, want textdoc.ErrEncrypted", err)
 	}
 }
 
@@ -283,9 +285,9 @@ func TestPDFMalformedNeverPanics(t *testing.T) {
 				t.Errorf("expected an error, got %d blocks", len(doc.Blocks))
 			}
 			if err != nil && strings.HasPrefix(name, "truncated") {
-				var pe *ParseError
+				var pe *textdoc.ParseError
 				if !errors.As(err, &pe) {
-					t.Errorf("truncated: err %v is not a ParseError", err)
+					t.Errorf("truncated: err %v is not a textdoc.ParseError", err)
 				}
 			}
 		})
@@ -351,8 +353,8 @@ func TestPDFHostileStructures(t *testing.T) {
 		t.Errorf("self-drawing form: %v", err)
 	}
 	for _, name := range []string{"encrypt without ID", "AES-256 encryption"} {
-		if _, err := extractPDFBytes(t, cases[name]); !errors.Is(err, ErrEncrypted) {
-			t.Errorf("%s: err = %v, want ErrEncrypted", name, err)
+		if _, err := extractPDFBytes(t, cases[name]); !errors.Is(err, textdoc.ErrEncrypted) {
+			t.Errorf("%s: err = %v, want textdoc.ErrEncrypted", name, err)
 		}
 	}
 }
@@ -361,7 +363,7 @@ func TestPDFContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	data := testpdf.Report(t, 2)
-	if _, err := (PDF{}).Extract(ctx, bytes.NewReader(data), int64(len(data))); !errors.Is(err, context.Canceled) {
+	if _, err := (Extractor{}).Extract(ctx, bytes.NewReader(data), int64(len(data))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -387,7 +389,7 @@ func FuzzPDFExtract(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		doc, err := PDF{}.Extract(ctx, bytes.NewReader(data), int64(len(data)))
+		doc, err := Extractor{}.Extract(ctx, bytes.NewReader(data), int64(len(data)))
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("extraction hung on %d bytes", len(data))
 		}

@@ -1,4 +1,4 @@
-package extract
+package pdf
 
 import (
 	"io"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
-	"github.com/ledongthuc/pdf"
+	pdfr "github.com/ledongthuc/pdf"
 )
 
 // toUnicode is a font's /ToUnicode CMap.
@@ -32,11 +32,11 @@ const maxCMapEntries = 1 << 17
 
 // parseToUnicode reads a ToUnicode stream; it returns nil when the stream is
 // missing or unusable. The CMap is tokenised here rather than with
-// pdf.Interpret, whose PostScript subset cannot run the CMap prologue
+// pdfr.Interpret, whose PostScript subset cannot run the CMap prologue
 // ("/CIDInit /ProcSet findresource begin") without a callback pushing a
 // dictionary, which the package does not let callers build.
-func parseToUnicode(v pdf.Value) (m *toUnicode) {
-	if v.Kind() != pdf.Stream {
+func parseToUnicode(v pdfr.Value) (m *toUnicode) {
+	if v.Kind() != pdfr.Stream {
 		return nil
 	}
 	defer func() {
