@@ -28,7 +28,7 @@ var (
 	ErrExists = errors.New("kv: already exists")
 	// ErrConflict: Update lost the compare-and-set on every attempt its
 	// retry allowed; other writers kept changing the key.
-	ErrConflict = errors.New("kv: too many concurrent updates")
+	ErrConflict = errors.New("kv: compare-and-set conflict")
 	// ErrNoChange is returned by an Update callback to leave the value as
 	// it is: nothing is written and Update reports no error.
 	ErrNoChange = errors.New("kv: no change")
@@ -320,7 +320,7 @@ func Update[T any](ctx context.Context, b jetstream.KeyValue, key string, fn fun
 			return zero, false, fmt.Errorf("kv: write %s: %w", where(b, key), err)
 		}
 		if attempt >= attempts {
-			return zero, false, fmt.Errorf("%w: %s: lost the compare-and-set %d times: %w", ErrConflict, where(b, key), attempts, err)
+			return zero, false, fmt.Errorf("%w: %s: lost %d times, last: %w", ErrConflict, where(b, key), attempts, err)
 		}
 		if d := o.retry.backoff(attempt); d > 0 {
 			t := time.NewTimer(d)
