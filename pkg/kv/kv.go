@@ -9,11 +9,13 @@
 package kv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -346,4 +348,12 @@ func isCASLoss(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+func sortEntries[T any](s []Entry[T]) {
+	slices.SortFunc(s, func(a, b Entry[T]) int { return cmp.Compare(a.Key, b.Key) })
+}
+
+func sortErrs(errs []error) {
+	slices.SortFunc(errs, func(a, b error) int { return cmp.Compare(a.Error(), b.Error()) })
 }

@@ -1,11 +1,9 @@
 package kv
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -89,12 +87,4 @@ func stopWatcher(w jetstream.KeyWatcher) {
 		for range w.Updates() {
 		}
 	}()
-}
-
-func sortEntries[T any](s []Entry[T]) {
-	slices.SortFunc(s, func(a, b Entry[T]) int { return cmp.Compare(a.Key, b.Key) })
-}
-
-func sortErrs(errs []error) {
-	slices.SortFunc(errs, func(a, b error) int { return cmp.Compare(a.Error(), b.Error()) })
 }
