@@ -41,7 +41,7 @@ type ServerConfig struct {
 func (c ServerConfig) validate() error {
 	var errs []error
 	if c.Model == "" {
-		errs = append(errs, errors.New("Model is required"))
+		errs = append(errs, errors.New("model is required"))
 	}
 	if c.WorkerID == "" {
 		errs = append(errs, errors.New("WorkerID is required"))

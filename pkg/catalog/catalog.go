@@ -11,7 +11,6 @@ package catalog
 import (
 	"context"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -23,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/events"
-	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/kv"
 )
 
 // Version statuses. A version is uploading (files arriving), mirroring
@@ -225,7 +224,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 
 // Get returns a model's entry.
 func (s *Store) Get(ctx context.Context, name string) (Entry, error) {
-	e, _, err := get[Entry](ctx, s.entries, Key(name))
+	e, err := get[Entry](ctx, s.entries, Key(name))
 	if err != nil {
 		return Entry{}, fmt.Errorf("catalog: model %q: %w", name, err)
 	}
@@ -380,10 +379,10 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 			return fmt.Errorf("%w: %q is deployed as %q; delete the deployment first", ErrConflict, name, d.Model)
 		}
 	}
-	if _, err := s.Get(ctx, name); err != nil {
-		return err
-	}
-	if err := s.entries.Delete(ctx, Key(name)); err != nil {
+	if err := kv.Delete(ctx, s.entries, Key(name)); err != nil {
+		if errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("catalog: model %q: %w", name, ErrNotFound)
+		}
 		return fmt.Errorf("catalog: delete %q: %w", name, err)
 	}
 	return nil
@@ -450,7 +449,7 @@ func (s *Store) Rollback(ctx context.Context, model string) (Deployment, error) 
 
 // Deployment returns a served model's deployment.
 func (s *Store) Deployment(ctx context.Context, model string) (Deployment, error) {
-	d, _, err := get[Deployment](ctx, s.deployments, Key(model))
+	d, err := get[Deployment](ctx, s.deployments, Key(model))
 	if err != nil {
 		return Deployment{}, fmt.Errorf("catalog: deployment of %q: %w", model, err)
 	}
@@ -469,10 +468,10 @@ func (s *Store) Deployments(ctx context.Context) ([]Deployment, error) {
 
 // Undeploy removes a served model's deployment.
 func (s *Store) Undeploy(ctx context.Context, model string) error {
-	if _, err := s.Deployment(ctx, model); err != nil {
-		return err
-	}
-	if err := s.deployments.Delete(ctx, Key(model)); err != nil {
+	if err := kv.Delete(ctx, s.deployments, Key(model)); err != nil {
+		if errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("catalog: deployment of %q: %w", model, ErrNotFound)
+		}
 		return fmt.Errorf("catalog: undeploy %q: %w", model, err)
 	}
 	return nil
@@ -506,89 +505,50 @@ func (s *Store) GetPull(ctx context.Context, id string) (Pull, error) {
 	if !pullIDRE.MatchString(id) {
 		return Pull{}, fmt.Errorf("catalog: pull %q: %w", id, ErrNotFound)
 	}
-	p, _, err := get[Pull](ctx, s.pulls, id)
+	p, err := get[Pull](ctx, s.pulls, id)
 	if err != nil {
 		return Pull{}, fmt.Errorf("catalog: pull %q: %w", id, err)
 	}
 	return p, nil
 }
 
-func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
-	var v T
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return v, 0, ErrNotFound
+func get[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, error) {
+	v, _, err := kv.Get[T](ctx, b, key)
+	if errors.Is(err, kv.ErrNotFound) {
+		return v, ErrNotFound
 	}
+	return v, err
+}
+
+func list[T any](ctx context.Context, b jetstream.KeyValue) ([]T, error) {
+	es, err := kv.List[T](ctx, b)
 	if err != nil {
-		return v, 0, err
+		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return v, 0, fmt.Errorf("decode %s: %w", key, err)
-	}
-	return v, e.Revision(), nil
+	return kv.Values(es), nil
 }
 
-func list[T any](ctx context.Context, kv jetstream.KeyValue) ([]T, error) {
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("catalog: list %s: %w", kv.Bucket(), err)
+// update is kv.Update: errors of fn come back as they are, the store's with
+// a "catalog: " prefix.
+func update[T any](ctx context.Context, b jetstream.KeyValue, key string, fn func(v *T, exists bool) error) (T, error) {
+	var fnErr error
+	v, _, err := kv.Update(ctx, b, key, func(v *T, exists bool) error {
+		fnErr = fn(v, exists)
+		return fnErr
+	})
+	if err != nil && !errors.Is(err, fnErr) {
+		err = fmt.Errorf("catalog: %w", err)
 	}
-	defer func() { _ = lister.Stop() }()
-	var out []T
-	for k := range lister.Keys() {
-		v, _, err := get[T](ctx, kv, k)
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted between listing and reading
-		}
-		if err != nil {
-			return nil, fmt.Errorf("catalog: %w", err)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return v, err
 }
 
-func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T, exists bool) error) (T, error) {
-	for attempt := 0; ; attempt++ {
-		cur, rev, err := get[T](ctx, kv, key)
-		exists := err == nil
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return cur, fmt.Errorf("catalog: %w", err)
+// watch is kv.Watch without the values that do not decode (skipped, as
+// they always were).
+func watch[T any](ctx context.Context, b jetstream.KeyValue, fn func(key string, v T, deleted, initialDone bool)) error {
+	err := kv.Watch(ctx, b, func(c kv.Change[T], initialDone bool) {
+		if c.Err != nil {
+			return
 		}
-		if err := fn(&cur, exists); err != nil {
-			return cur, err
-		}
-		b, err := json.Marshal(cur)
-		if err != nil {
-			return cur, fmt.Errorf("catalog: encode: %w", err)
-		}
-		if exists {
-			_, err = kv.Update(ctx, key, b, rev)
-		} else {
-			_, err = kv.Create(ctx, key, b)
-		}
-		if err == nil {
-			return cur, nil
-		}
-		if !isCASLoss(err) || attempt >= 100 {
-			return cur, fmt.Errorf("catalog: write %s: %w", key, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return cur, err
-		}
-	}
-}
-
-func isCASLoss(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
-	}
-	return errors.Is(err, jetstream.ErrKeyExists)
-}
-
-func watch[T any](ctx context.Context, kv jetstream.KeyValue, fn func(key string, v T, deleted, initialDone bool)) error {
-	err := registry.WatchBucket(ctx, kv, func(c registry.Change[T], initialDone bool) {
 		fn(c.Key, c.Value, c.Deleted, initialDone)
 	})
 	if err != nil {

@@ -484,14 +484,18 @@ func (l *Local) repair(key string, fi fs.FileInfo, meta sidecar) {
 		l.removeQuiet(tmp) // replaced meanwhile; its own Put wrote its sidecar
 		return
 	}
-	if err := l.root.Rename(tmp, metaPath(key)); err != nil {
-		if err := l.root.MkdirAll(filepath.Dir(metaPath(key)), localDirPerm); err == nil {
+	err = l.root.Rename(tmp, metaPath(key))
+	if err != nil {
+		// The sidecar's directory may not exist yet (a file placed by hand
+		// under a new prefix): create it and try once more. Only a failure
+		// of that second attempt is worth a warning.
+		if err = l.root.MkdirAll(filepath.Dir(metaPath(key)), localDirPerm); err == nil {
 			err = l.root.Rename(tmp, metaPath(key))
 		}
-		if err != nil {
-			l.removeQuiet(tmp)
-			l.log.Warn("repair metadata", "key", key, "err", err)
-		}
+	}
+	if err != nil {
+		l.removeQuiet(tmp)
+		l.log.Warn("repair metadata", "key", key, "err", err)
 	}
 }
 

@@ -2,15 +2,18 @@ package objstore_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,6 +197,63 @@ func TestLocalForeignFile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir(), "meta", "manual", "weights.bin")); err != nil {
 		t.Errorf("sidecar not written: %v", err)
+	}
+}
+
+// warnCounter counts the warnings a store logs.
+type warnCounter struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (c *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		c.mu.Lock()
+		c.msgs = append(c.msgs, r.Message)
+		c.mu.Unlock()
+	}
+	return nil
+}
+func (c *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *warnCounter) WithGroup(string) slog.Handler      { return c }
+
+func (c *warnCounter) warnings() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.msgs)
+}
+
+// TestLocalRepairNewPrefix: the sidecar of a file placed by hand under a
+// prefix that has no metadata directory yet is written after creating that
+// directory, and the successful retry logs no warning.
+func TestLocalRepairNewPrefix(t *testing.T) {
+	t.Parallel()
+	warns := &warnCounter{}
+	s, err := objstore.NewLocal(objstore.LocalConfig{Dir: t.TempDir(), Logger: slog.New(warns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	body := []byte("weights copied in by an operator")
+	p := filepath.Join(s.Dir(), "objects", "deep", "er", "w.bin")
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, body, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(t.Context(), "deep/er/w.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "meta", "deep", "er", "w.bin")); err != nil {
+		t.Errorf("sidecar not written: %v", err)
+	}
+	if w := warns.warnings(); len(w) > 0 {
+		t.Errorf("a repair that succeeded on retry logged warnings %q", w)
+	}
+	if left := tree(t, filepath.Join(s.Dir(), "tmp")); len(left) > 0 {
+		t.Errorf("temp files left behind: %q", left)
 	}
 }
 

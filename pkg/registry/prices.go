@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -51,30 +50,17 @@ func (s *Store) SetPrice(ctx context.Context, model string, p Price) (PriceHisto
 	if p.EffectiveFrom.IsZero() {
 		p.EffectiveFrom = time.Now().UTC()
 	}
-	key := ModelKey(model)
-	for {
-		h, err := get[PriceHistory](ctx, s.prices, key)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			h = PriceHistory{Model: model, Prices: []Price{p}}
-			if err := put(ctx, s.prices, key, h, true); err != nil {
-				if errors.Is(err, ErrExists) {
-					continue
-				}
-				return h, err
-			}
-			return h, nil
-		case err != nil:
-			return h, err
-		}
-		return modify(ctx, s.prices, key, func(h *PriceHistory) error {
-			if n := len(h.Prices); n > 0 && p.EffectiveFrom.Before(h.Prices[n-1].EffectiveFrom) {
-				return fmt.Errorf("%w: effective_from is before the current price's (%s)", ErrInvalid, h.Prices[n-1].EffectiveFrom.Format(time.RFC3339))
-			}
-			h.Prices = append(h.Prices, p)
+	return upsert(ctx, s.prices, ModelKey(model), func(h *PriceHistory, exists bool) error {
+		if !exists {
+			*h = PriceHistory{Model: model, Prices: []Price{p}}
 			return nil
-		})
-	}
+		}
+		if n := len(h.Prices); n > 0 && p.EffectiveFrom.Before(h.Prices[n-1].EffectiveFrom) {
+			return fmt.Errorf("%w: effective_from is before the current price's (%s)", ErrInvalid, h.Prices[n-1].EffectiveFrom.Format(time.RFC3339))
+		}
+		h.Prices = append(h.Prices, p)
+		return nil
+	})
 }
 
 // Prices returns a model's price history.

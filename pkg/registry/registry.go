@@ -12,7 +12,6 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -23,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 )
 
 // Errors callers map to API answers.
@@ -188,71 +188,71 @@ var kvEnc = base32.HexEncoding.WithPadding(base32.NoPadding)
 // ModelKey maps any model name onto the KV key alphabet.
 func ModelKey(name string) string { return "m." + strings.ToLower(kvEnc.EncodeToString([]byte(name))) }
 
-func put[T any](ctx context.Context, kv jetstream.KeyValue, key string, v T, create bool) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
+// The helpers below are pkg/kv with the registry's errors: ErrNotFound and
+// ErrExists come back bare, as callers have always compared them.
+
+func put[T any](ctx context.Context, b jetstream.KeyValue, key string, v T, create bool) error {
+	var err error
 	if create {
-		if _, err := kv.Create(ctx, key, b); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				return ErrExists
-			}
-			return fmt.Errorf("registry: create %s: %w", key, err)
-		}
-		return nil
+		_, err = kv.Create(ctx, b, key, v)
+	} else {
+		_, err = kv.Put(ctx, b, key, v)
 	}
-	if _, err := kv.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("registry: put %s: %w", key, err)
-	}
-	return nil
+	return storeErr(err)
 }
 
-func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, error) {
-	var v T
-	e, err := kv.Get(ctx, key)
+func get[T any](ctx context.Context, b jetstream.KeyValue, key string) (T, error) {
+	v, _, err := kv.Get[T](ctx, b, key)
+	return v, storeErr(err)
+}
+
+func list[T any](ctx context.Context, b jetstream.KeyValue) ([]T, error) {
+	es, err := kv.List[T](ctx, b)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return v, ErrNotFound
-		}
-		return v, fmt.Errorf("registry: get %s: %w", key, err)
+		return nil, storeErr(err)
 	}
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return v, fmt.Errorf("registry: decode %s: %w", key, err)
-	}
-	return v, nil
+	return kv.Values(es), nil
 }
 
-func list[T any](ctx context.Context, kv jetstream.KeyValue) ([]T, error) {
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("registry: list: %w", err)
-	}
-	var out []T
-	for k := range lister.Keys() {
-		v, err := get[T](ctx, kv, k)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
+func del(ctx context.Context, b jetstream.KeyValue, key string) error {
+	return storeErr(kv.Delete(ctx, b, key))
 }
 
-func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
-	if _, err := kv.Get(ctx, key); err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+// modify applies fn to the record under key by compare-and-set
+// (kv.Update); ErrNotFound when there is none. fn's errors come back as
+// they are.
+func modify[T any](ctx context.Context, b jetstream.KeyValue, key string, fn func(*T) error) (T, error) {
+	return upsert(ctx, b, key, func(v *T, exists bool) error {
+		if !exists {
 			return ErrNotFound
 		}
-		return fmt.Errorf("registry: get %s: %w", key, err)
+		return fn(v)
+	})
+}
+
+// upsert is kv.Update with the registry's errors.
+func upsert[T any](ctx context.Context, b jetstream.KeyValue, key string, fn func(v *T, exists bool) error) (T, error) {
+	var fnErr error
+	v, _, err := kv.Update(ctx, b, key, func(v *T, exists bool) error {
+		fnErr = fn(v, exists)
+		return fnErr
+	})
+	if err != nil && !errors.Is(err, fnErr) {
+		err = storeErr(err)
 	}
-	if err := kv.Delete(ctx, key); err != nil {
-		return fmt.Errorf("registry: delete %s: %w", key, err)
+	return v, err
+}
+
+func storeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kv.ErrNotFound):
+		return ErrNotFound
+	case errors.Is(err, kv.ErrExists):
+		return ErrExists
 	}
-	return nil
+	return fmt.Errorf("registry: %w", err)
 }
 
 // CreateTenant adds a tenant; ErrExists if it is there.
@@ -402,38 +402,6 @@ func (s *Store) DeleteModel(ctx context.Context, name string) error {
 var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
 func validKVKey(k string) bool { return len(k) <= 256 && kvKeyRE.MatchString(k) }
-
-// modify applies fn to the record under key with compare-and-set.
-func modify[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(*T) error) (T, error) {
-	for {
-		var v T
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				return v, ErrNotFound
-			}
-			return v, fmt.Errorf("registry: get %s: %w", key, err)
-		}
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return v, fmt.Errorf("registry: decode %s: %w", key, err)
-		}
-		if err := fn(&v); err != nil {
-			return v, err
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return v, err
-		}
-		if _, err := kv.Update(ctx, key, b, e.Revision()); err != nil {
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-				continue
-			}
-			return v, fmt.Errorf("registry: update %s: %w", key, err)
-		}
-		return v, nil
-	}
-}
 
 // UpdateKeyLimits changes a key's limits.
 func (s *Store) UpdateKeyLimits(ctx context.Context, id string, fn func(*Limits)) (Key, error) {

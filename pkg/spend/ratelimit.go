@@ -2,13 +2,12 @@ package spend
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/kv"
 )
 
 // Window is the request and token count of one key in one minute.
@@ -46,24 +45,13 @@ func WindowKey(keyID string, t time.Time) string {
 // current minute if both stay within the limits. It is exact across edge
 // replicas: the window changes only by compare-and-set, so the requests
 // admitted in a minute never exceed RPM.
-func Admit(ctx context.Context, kv jetstream.KeyValue, keyID string, lim RateLimit, tokens int64, now time.Time) (RateDecision, error) {
+func Admit(ctx context.Context, b jetstream.KeyValue, keyID string, lim RateLimit, tokens int64, now time.Time) (RateDecision, error) {
 	key := WindowKey(keyID, now)
 	windowEnd := time.Unix((now.Unix()/60+1)*60, 0)
 	d := RateDecision{LimitRequests: lim.RPM, LimitTokens: lim.TPM, Reset: windowEnd.Sub(now)}
-	for i := 0; i < maxCAS; i++ {
-		var w Window
-		var rev uint64
-		cur, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return d, fmt.Errorf("spend: get %s: %w", key, err)
-		default:
-			rev = cur.Revision()
-			if err := json.Unmarshal(cur.Value(), &w); err != nil {
-				return d, fmt.Errorf("spend: decode %s: %w", key, err)
-			}
-		}
+	w, written, err := kv.Update(ctx, b, key, func(w *Window, _ bool) error {
+		// fn may run again after a lost race: decide afresh each time.
+		d.Exceeded = ""
 		if lim.RPM > 0 && w.Requests+1 > lim.RPM {
 			d.Exceeded = "requests"
 		} else if lim.TPM > 0 && w.Tokens+tokens > lim.TPM {
@@ -72,25 +60,20 @@ func Admit(ctx context.Context, kv jetstream.KeyValue, keyID string, lim RateLim
 		if d.Exceeded != "" {
 			d.RemainingRequests = max(lim.RPM-w.Requests, 0)
 			d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
-			return d, nil
+			return kv.ErrNoChange
 		}
 		w.Requests++
 		w.Tokens += tokens
-		b, _ := json.Marshal(w)
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, b)
-		} else {
-			_, err = kv.Update(ctx, key, b, rev)
-		}
-		if err == nil {
-			d.Allowed = true
-			d.RemainingRequests = max(lim.RPM-w.Requests, 0)
-			d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
-			return d, nil
-		}
-		if !isConflict(err) {
-			return d, fmt.Errorf("spend: write %s: %w", key, err)
-		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return d, storeErr(err)
+	case !written:
+		return d, nil
 	}
-	return d, ErrConflict
+	d.Allowed = true
+	d.RemainingRequests = max(lim.RPM-w.Requests, 0)
+	d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
+	return d, nil
 }

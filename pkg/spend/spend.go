@@ -10,13 +10,14 @@ package spend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/kv"
 )
 
 // NanoPerUSD converts USD to nano-USD.
@@ -95,70 +96,49 @@ type Entry struct {
 	SoftAlerted bool `json:"soft_alerted,omitempty"`
 }
 
-// ErrConflict is returned when a compare-and-set kept failing.
+// ErrConflict is returned when a compare-and-set kept failing (it wraps
+// kv.ErrConflict).
 var ErrConflict = errors.New("spend: too many concurrent updates")
 
-const maxCAS = 64
-
-// update applies fn to the entry under key with compare-and-set, retrying on
-// conflicts. fn returns false to leave the entry unchanged.
-func update(ctx context.Context, kv jetstream.KeyValue, key string, fn func(*Entry) (bool, error)) (Entry, bool, error) {
-	for i := 0; i < maxCAS; i++ {
-		var e Entry
-		var rev uint64
-		cur, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return e, false, fmt.Errorf("spend: get %s: %w", key, err)
-		default:
-			rev = cur.Revision()
-			if err := json.Unmarshal(cur.Value(), &e); err != nil {
-				return e, false, fmt.Errorf("spend: decode %s: %w", key, err)
-			}
+// update applies fn to the entry under key by compare-and-set (kv.Update),
+// a missing entry being zero. fn returns false to leave the entry unchanged;
+// its errors come back as they are.
+func update(ctx context.Context, b jetstream.KeyValue, key string, fn func(*Entry) (bool, error)) (Entry, bool, error) {
+	var fnErr error
+	e, written, err := kv.Update(ctx, b, key, func(e *Entry, _ bool) error {
+		changed, err := fn(e)
+		if fnErr = err; err != nil {
+			return err
 		}
-		changed, err := fn(&e)
-		if err != nil || !changed {
-			return e, false, err
+		if !changed {
+			return kv.ErrNoChange
 		}
-		b, _ := json.Marshal(e)
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, b)
-		} else {
-			_, err = kv.Update(ctx, key, b, rev)
-		}
-		if err == nil {
-			return e, true, nil
-		}
-		if !isConflict(err) {
-			return e, false, fmt.Errorf("spend: write %s: %w", key, err)
-		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fnErr) {
+		err = storeErr(err)
 	}
-	return Entry{}, false, ErrConflict
+	return e, written, err
 }
 
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return true
+// storeErr marks an error of the store: a lost race is ErrConflict.
+func storeErr(err error) error {
+	if errors.Is(err, kv.ErrConflict) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
-	}
-	return false
+	return fmt.Errorf("spend: %w", err)
 }
 
 // Get reads an entry; a missing entry is zero.
-func Get(ctx context.Context, kv jetstream.KeyValue, key string) (Entry, error) {
-	var e Entry
-	cur, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return e, nil
+func Get(ctx context.Context, b jetstream.KeyValue, key string) (Entry, error) {
+	e, _, err := kv.Get[Entry](ctx, b, key)
+	if errors.Is(err, kv.ErrNotFound) {
+		return Entry{}, nil
 	}
 	if err != nil {
-		return e, fmt.Errorf("spend: get %s: %w", key, err)
+		return Entry{}, fmt.Errorf("spend: %w", err)
 	}
-	return e, json.Unmarshal(cur.Value(), &e)
+	return e, nil
 }
 
 // Limit is a hard budget to check one entry against.
