@@ -51,7 +51,7 @@ func uploadCmd() *cobra.Command {
   aiforge models upload ./model --name acme/m --manifest SHA256SUMS`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func pullCmd() *cobra.Command {
 		Example: "  aiforge models pull Qwen/Qwen2.5-0.5B-Instruct@main --name qwen-small",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -162,7 +162,7 @@ with the right digest are kept. DIR/` + cli.VersionFile + ` records what DIR hol
 			return cobra.ExactArgs(2)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func catalogCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "catalog [NAME]", Short: "List catalog models and their versions (with verdicts)", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -261,7 +261,7 @@ func deployCmd() *cobra.Command {
 		Use: "deploy MODEL --catalog NAME [--version N]", Short: "Serve a published catalog version under a model name",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -283,7 +283,7 @@ func rollbackCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "rollback MODEL", Short: "Return a served model to its previous catalog version", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -302,7 +302,7 @@ func deploymentsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "deployments", Short: "List which catalog version each served model runs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
