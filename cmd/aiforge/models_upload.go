@@ -21,12 +21,24 @@ func modelFlowCmds() []*cobra.Command {
 	return []*cobra.Command{uploadCmd(), pullCmd(), fetchCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
 }
 
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && cli.IsTerminal(f)
+}
+
 func progressOn(w io.Writer, label string) func(int64) *cli.Progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = cli.IsTerminal(f)
-	}
+	tty := isTerminal(w)
 	return func(total int64) *cli.Progress { return cli.NewProgress(w, tty, label, total) }
+}
+
+// versionStatus is what the wait for a verdict shows: the status and, while
+// the guardian reads, how far it got.
+func versionStatus(v catalog.Version) string {
+	st := v.Status
+	if p := v.Progress; p != nil && p.BytesTotal > 0 {
+		st += fmt.Sprintf(" %d%%", p.BytesDone*100/p.BytesTotal)
+	}
+	return st
 }
 
 // finishVerdict prints the verdict and fails the command on a rejection.
@@ -78,7 +90,15 @@ func uploadCmd() *cobra.Command {
 			}
 			ctx, cancel := withTimeout(cmd.Context(), timeout)
 			defer cancel()
-			v, err := cl.WaitVersion(ctx, o.Name, res.Version.Version, 0, nil, nil)
+			errw := cmd.ErrOrStderr()
+			spin := cli.StartSpinner(errw, isTerminal(errw),
+				fmt.Sprintf("waiting for the guardian's verdict on %s version %d", o.Name, res.Version.Version), 100*time.Millisecond)
+			v, err := cl.WaitVersion(ctx, o.Name, res.Version.Version, 0, nil, func(v catalog.Version) {
+				if v.Status != catalog.StatusPublished && v.Status != catalog.StatusRejected {
+					spin.Status(versionStatus(v)) // the verdict itself is printed below
+				}
+			})
+			spin.Stop()
 			if err != nil {
 				return err
 			}
