@@ -167,9 +167,11 @@ func pullCmd() *cobra.Command {
 func fetchCmd() *cobra.Command {
 	var o cli.FetchOptions
 	c := &cobra.Command{
-		Use:   "fetch NAME DIR [--version N] | fetch [NAME] DIR --deployment MODEL",
+		Use:   "fetch [NAME] DIR",
 		Short: "Download a published version's files into a directory, verified against the catalog",
-		Long: `Download a published catalog version's files into DIR for an engine to load. Each file is
+		Long: `Download a published catalog version's files into DIR for an engine to load: NAME's latest
+published version (or --version N), or with --deployment MODEL the version that served model runs
+(NAME may then be left out). Each file is
 checked against the catalog's size and SHA-256 before it is renamed into place; files already there
 with the right digest are kept. DIR/` + cli.VersionFile + ` records what DIR holds once every file is in.`,
 		Example: `  aiforge models fetch qwen/qwen2.5-0.5b ./weights
