@@ -11,7 +11,7 @@ import (
 // fakeClock is a settable time source.
 type fakeClock struct{ t time.Time }
 
-func (c *fakeClock) now() time.Time           { return c.t }
+func (c *fakeClock) now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestProgressETAIsUnknownUntilTheRateMeansSomething(t *testing.T) {
