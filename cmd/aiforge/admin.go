@@ -11,12 +11,36 @@ import (
 	"github.com/aiforge/aiforge/internal/cli"
 )
 
-func adminClient() (*cli.Client, error) {
+// defaultURL is where `aiforge up` serves the API unless told otherwise.
+const defaultURL = "http://127.0.0.1:8080"
+
+// urlHelp documents the API address on every client command group.
+const urlHelp = `The API address is --url, or AIFORGE_URL when the flag is not given (default ` + defaultURL + `).`
+
+// clientGroup is a command group whose subcommands call the API: it takes
+// --url (default AIFORGE_URL, else defaultURL) for all of them.
+func clientGroup(c *cobra.Command, keyHelp string) *cobra.Command {
+	c.PersistentFlags().String("url", env("AIFORGE_URL", defaultURL), "aiforge API base URL (env AIFORGE_URL)")
+	c.Long = c.Short + ".\n\n" + urlHelp + " " + keyHelp
+	return c
+}
+
+const adminKeyHelp = `The admin key comes from AIFORGE_ADMIN_KEY (aiforge up prints it on first start and keeps it in <data-dir>/admin.key).`
+
+// apiURL is the --url of cmd's group.
+func apiURL(cmd *cobra.Command) string {
+	if f := cmd.Flag("url"); f != nil {
+		return f.Value.String()
+	}
+	return env("AIFORGE_URL", defaultURL)
+}
+
+func adminClient(cmd *cobra.Command) (*cli.Client, error) {
 	key := os.Getenv("AIFORGE_ADMIN_KEY")
 	if key == "" {
 		return nil, fmt.Errorf("AIFORGE_ADMIN_KEY is not set (aiforge up prints it on first start and keeps it in <data-dir>/admin.key)")
 	}
-	return &cli.Client{BaseURL: env("AIFORGE_URL", "http://127.0.0.1:8080"), Token: key}, nil
+	return &cli.Client{BaseURL: apiURL(cmd), Token: key}, nil
 }
 
 type listOut[T any] struct {
@@ -28,11 +52,11 @@ func jsonFlag(c *cobra.Command) *bool {
 }
 
 func tenantsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "tenants", Short: "Manage tenants (admin)"}
+	c := clientGroup(&cobra.Command{Use: "tenants", Short: "Manage tenants (admin)"}, adminKeyHelp)
 	create := &cobra.Command{
 		Use: "create ID", Short: "Create a tenant", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -50,7 +74,7 @@ func tenantsCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -73,7 +97,7 @@ func tenantsCmd() *cobra.Command {
 	update := &cobra.Command{
 		Use: "update ID", Short: "Change a tenant's budget", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -136,14 +160,14 @@ type keyOut struct {
 }
 
 func keysCmd() *cobra.Command {
-	c := &cobra.Command{Use: "keys", Short: "Manage API keys (admin)"}
+	c := clientGroup(&cobra.Command{Use: "keys", Short: "Manage API keys (admin)"}, adminKeyHelp)
 	var tenant, name string
 	var models []string
 	var lf limitFlags
 	create := &cobra.Command{
 		Use: "create", Short: "Create an API key for a tenant; the secret is shown once", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -171,7 +195,7 @@ func keysCmd() *cobra.Command {
 	update := &cobra.Command{
 		Use: "update ID", Short: "Change a key's rate limits and budget", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -189,7 +213,7 @@ func keysCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List API keys (never their secrets)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -214,7 +238,7 @@ func keysCmd() *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke a key on every edge replica (its open streams end)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -241,7 +265,7 @@ type modelOut struct {
 }
 
 func modelsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "models", Short: "Manage served models (admin)"}
+	c := clientGroup(&cobra.Command{Use: "models", Short: "Manage served models, the catalog and deployments (admin)"}, adminKeyHelp)
 	var baseURL, upstream, keyEnv string
 	var maxConc int
 	var pf priceFlags
@@ -253,7 +277,7 @@ func modelsCmd() *cobra.Command {
   aiforge models register qwen --base-url http://127.0.0.1:11434/v1 --upstream qwen2.5:7b       # Ollama`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -291,7 +315,7 @@ func modelsCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List model bindings", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -310,7 +334,7 @@ func modelsCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use: "delete NAME", Short: "Remove a model binding (its workers drain and stop)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -326,7 +350,7 @@ func modelsCmd() *cobra.Command {
 		Use: "price NAME", Short: "Set a model's price from now on (earlier requests keep theirs)", Args: cobra.ExactArgs(1),
 		Example: "  aiforge models price chat-small --input 0.15 --cached-input 0.075 --output 0.60",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}

@@ -17,13 +17,20 @@ func evalCmd() *cobra.Command {
 		Short: "Score retrieval (recall@k, MRR, nDCG@10) for sparse, dense and hybrid search on an evaluation set",
 		Long: `Index a corpus with the same chunking, analyzer and index the retriever uses, run the queries and score
 them against the passages that answer them. Sparse (BM25) always runs; dense and hybrid run when an
-OpenAI-compatible embeddings engine is given. The bundled set (internal/eval/testdata) is a small CC0 corpus.`,
+OpenAI-compatible embeddings engine is given. The bundled set (internal/eval/dataset, compiled into the binary) is a small CC0 corpus.`,
 		Example: `  aiforge eval retrieval
   aiforge eval retrieval --embedding-url http://127.0.0.1:8080/v1 --embedding-model bge-small`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.EmbeddingKey = os.Getenv("AIFORGE_EMBEDDING_API_KEY")
-			fmt.Fprintf(cmd.ErrOrStderr(), "indexing %s and scoring %s ...\n", o.CorpusDir, o.QueriesFile)
+			corpus, queries := o.CorpusDir, o.QueriesFile
+			if corpus == "" {
+				corpus = "the bundled corpus"
+			}
+			if queries == "" {
+				queries = "the bundled queries"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "indexing %s and scoring %s ...\n", corpus, queries)
 			scores, err := eval.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -36,8 +43,8 @@ OpenAI-compatible embeddings engine is given. The bundled set (internal/eval/tes
 			return nil
 		},
 	}
-	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "internal/eval/testdata/corpus", "directory of documents")
-	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "internal/eval/testdata/queries.json", "queries with their relevant passages")
+	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents (default: the bundled corpus)")
+	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages (default: the bundled queries)")
 	retrieval.Flags().IntVar(&o.K, "k", 10, "k of recall@k")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")

@@ -21,12 +21,24 @@ func modelFlowCmds() []*cobra.Command {
 	return []*cobra.Command{uploadCmd(), pullCmd(), fetchCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
 }
 
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && cli.IsTerminal(f)
+}
+
 func progressOn(w io.Writer, label string) func(int64) *cli.Progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = cli.IsTerminal(f)
-	}
+	tty := isTerminal(w)
 	return func(total int64) *cli.Progress { return cli.NewProgress(w, tty, label, total) }
+}
+
+// versionStatus is what the wait for a verdict shows: the status and, while
+// the guardian reads, how far it got.
+func versionStatus(v catalog.Version) string {
+	st := v.Status
+	if p := v.Progress; p != nil && p.BytesTotal > 0 {
+		st += fmt.Sprintf(" %d%%", p.BytesDone*100/p.BytesTotal)
+	}
+	return st
 }
 
 // finishVerdict prints the verdict and fails the command on a rejection.
@@ -51,7 +63,7 @@ func uploadCmd() *cobra.Command {
   aiforge models upload ./model --name acme/m --manifest SHA256SUMS`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -78,7 +90,15 @@ func uploadCmd() *cobra.Command {
 			}
 			ctx, cancel := withTimeout(cmd.Context(), timeout)
 			defer cancel()
-			v, err := cl.WaitVersion(ctx, o.Name, res.Version.Version, 0, nil, nil)
+			errw := cmd.ErrOrStderr()
+			spin := cli.StartSpinner(errw, isTerminal(errw),
+				fmt.Sprintf("waiting for the guardian's verdict on %s version %d", o.Name, res.Version.Version), 100*time.Millisecond)
+			v, err := cl.WaitVersion(ctx, o.Name, res.Version.Version, 0, nil, func(v catalog.Version) {
+				if v.Status != catalog.StatusPublished && v.Status != catalog.StatusRejected {
+					spin.Status(versionStatus(v)) // the verdict itself is printed below
+				}
+			})
+			spin.Stop()
 			if err != nil {
 				return err
 			}
@@ -113,7 +133,7 @@ func pullCmd() *cobra.Command {
 		Example: "  aiforge models pull Qwen/Qwen2.5-0.5B-Instruct@main --name qwen-small",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -147,9 +167,11 @@ func pullCmd() *cobra.Command {
 func fetchCmd() *cobra.Command {
 	var o cli.FetchOptions
 	c := &cobra.Command{
-		Use:   "fetch NAME DIR [--version N] | fetch [NAME] DIR --deployment MODEL",
+		Use:   "fetch [NAME] DIR",
 		Short: "Download a published version's files into a directory, verified against the catalog",
-		Long: `Download a published catalog version's files into DIR for an engine to load. Each file is
+		Long: `Download a published catalog version's files into DIR for an engine to load: NAME's latest
+published version (or --version N), or with --deployment MODEL the version that served model runs
+(NAME may then be left out). Each file is
 checked against the catalog's size and SHA-256 before it is renamed into place; files already there
 with the right digest are kept. DIR/` + cli.VersionFile + ` records what DIR holds once every file is in.`,
 		Example: `  aiforge models fetch qwen/qwen2.5-0.5b ./weights
@@ -162,7 +184,7 @@ with the right digest are kept. DIR/` + cli.VersionFile + ` records what DIR hol
 			return cobra.ExactArgs(2)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -194,7 +216,7 @@ func catalogCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "catalog [NAME]", Short: "List catalog models and their versions (with verdicts)", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -261,7 +283,7 @@ func deployCmd() *cobra.Command {
 		Use: "deploy MODEL --catalog NAME [--version N]", Short: "Serve a published catalog version under a model name",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -283,7 +305,7 @@ func rollbackCmd() *cobra.Command {
 	return &cobra.Command{
 		Use: "rollback MODEL", Short: "Return a served model to its previous catalog version", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -302,7 +324,7 @@ func deploymentsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use: "deployments", Short: "List which catalog version each served model runs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}

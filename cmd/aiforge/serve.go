@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -35,8 +36,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	if embedded {
-		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store and the admin key")
-		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for `aiforge run` sidecars")
+		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store, the admin key, objects and served model files (made absolute at start)")
+		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars")
 	} else {
 		c.Flags().StringVar(&f.natsURL, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "external NATS with JetStream")
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the admin key file when AIFORGE_ADMIN_KEY is unset (nats: the JetStream store)")
@@ -107,6 +108,15 @@ func s3FromEnv() (*objstore.S3Config, error) {
 	return c, nil
 }
 
+// listenAPI binds the edge's HTTP address.
+func listenAPI(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("the API cannot listen on %s (--listen or AIFORGE_LISTEN): %w", addr, err)
+	}
+	return ln, nil
+}
+
 func upCmd() *cobra.Command {
 	var f serveFlags
 	c := &cobra.Command{
@@ -118,11 +128,19 @@ func upCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := app.New(o)
+			// Bind before saying where the API is: a busy port is an
+			// error here, not a printed URL followed by a failure.
+			ln, err := listenAPI(f.listen)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "aiforge up: API on http://%s (data in %s); Ctrl-C stops\n", f.listen, f.dataDir)
+			o.EdgeListener = ln
+			a, err := app.New(o)
+			if err != nil {
+				_ = ln.Close()
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "aiforge up: API on http://%s (data in %s); Ctrl-C stops\n", ln.Addr(), a.DataDir())
 			return a.Run(cmd.Context())
 		},
 	}
@@ -139,6 +157,11 @@ func runCmd() *cobra.Command {
 		Short: "Run one service against an external NATS (targets: " + strings.Join(app.Targets(), ", ") + ")",
 		Long: `Run one service against an external NATS cluster, for per-service scaling.
 
+The edge (targets edge and all) needs the admin key: set AIFORGE_ADMIN_KEY, the same value on every
+edge replica, or give --data-dir, where the key is read from admin.key (or generated there, mode 0600,
+and printed once). The other targets need no key.
+
+  export AIFORGE_ADMIN_KEY=ak-...   # e.g. openssl rand -base64 32, or the one aiforge up printed
   aiforge run edge    --nats-url nats://nats:4222 --listen 0.0.0.0:8080
   aiforge run workers --nats-url nats://nats:4222     # workers for every registered model
   aiforge run worker  --nats-url nats://nats:4222 --model chat-small \
@@ -165,8 +188,18 @@ func runCmd() *cobra.Command {
 				}
 				o.Worker = w
 			}
+			if args[0] == "edge" || args[0] == "all" {
+				ln, err := listenAPI(f.listen)
+				if err != nil {
+					return err
+				}
+				o.EdgeListener = ln
+			}
 			a, err := app.New(o)
 			if err != nil {
+				if o.EdgeListener != nil {
+					_ = o.EdgeListener.Close()
+				}
 				return err
 			}
 			return a.Run(cmd.Context())

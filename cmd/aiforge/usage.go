@@ -18,14 +18,15 @@ import (
 )
 
 func usageCmd() *cobra.Command {
-	c := &cobra.Command{Use: "usage", Short: "Usage reports, audit and export"}
+	c := clientGroup(&cobra.Command{Use: "usage", Short: "Usage reports, audit and export"},
+		"report uses AIFORGE_ADMIN_KEY (every tenant) or else AIFORGE_API_KEY (that key's tenant); audit and export need AIFORGE_ADMIN_KEY.")
 	c.AddCommand(usageReportCmd(), usageAuditCmd(), usageExportCmd())
 	return c
 }
 
 // reportClient uses the admin key when set, else a tenant API key (which
 // sees only its own tenant).
-func reportClient() (*cli.Client, error) {
+func reportClient(cmd *cobra.Command) (*cli.Client, error) {
 	key := os.Getenv("AIFORGE_ADMIN_KEY")
 	if key == "" {
 		key = os.Getenv("AIFORGE_API_KEY")
@@ -33,7 +34,7 @@ func reportClient() (*cli.Client, error) {
 	if key == "" {
 		return nil, fmt.Errorf("set AIFORGE_ADMIN_KEY (every tenant) or AIFORGE_API_KEY (your tenant)")
 	}
-	return &cli.Client{BaseURL: env("AIFORGE_URL", "http://127.0.0.1:8080"), Token: key}, nil
+	return &cli.Client{BaseURL: apiURL(cmd), Token: key}, nil
 }
 
 func parseWhen(v string, def time.Time) (time.Time, error) {
@@ -107,7 +108,7 @@ func usageReportCmd() *cobra.Command {
   aiforge usage report --from 2026-11-01 --to 2026-12-01 --bucket 1d --group-by project_id,model --csv > november.csv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := reportClient()
+			cl, err := reportClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -285,7 +286,7 @@ func usageAuditCmd() *cobra.Command {
 		Short: "Replay the raw usage stream, recompute the ledgers and compare; exit 1 on any difference",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -325,7 +326,7 @@ func usageExportCmd() *cobra.Command {
 		Short: "Write raw usage events as CloudEvents (JSON lines) for billing systems",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := adminClient()
+			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}

@@ -160,6 +160,17 @@ func New(opts Options) (*App, error) {
 	if _, err := order(opts.Targets); err != nil {
 		return nil, err
 	}
+	if opts.DataDir != "" {
+		// Absolute from the start: the paths under it travel to other
+		// processes (an engine loads models/<model>/current and the LoRA
+		// adapters by path, from its own working directory), and a
+		// relative symlink target would dangle there.
+		abs, err := filepath.Abs(opts.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		opts.DataDir = abs
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
@@ -196,6 +207,20 @@ func order(targets []string) ([]string, error) {
 		visit(n)
 	}
 	return out, nil
+}
+
+// DataDir is the data directory, absolute ("" when there is none).
+func (a *App) DataDir() string { return a.opts.DataDir }
+
+// moduleError names the module an error came from, unless the error already
+// starts with that name (services prefix their own errors: "edge: listen:
+// ..." must not become "edge: edge: listen: ...").
+func moduleError(name string, err error) error {
+	msg := err.Error()
+	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, name+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // Edge returns the edge service when it runs in this process.
@@ -249,7 +274,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		run, ready, err := m.build(a)
 		if err != nil {
-			return fmt.Errorf("%s: %w", n, err)
+			return moduleError(n, err)
 		}
 		a.mu.Lock()
 		a.states = append(a.states, &state{name: n, run: run, ready: ready})
@@ -281,7 +306,7 @@ func (a *App) Run(ctx context.Context) error {
 		a.log.Info("shutting down")
 	case e := <-exits:
 		if e.err != nil {
-			failure = fmt.Errorf("%s: %w", e.name, e.err)
+			failure = moduleError(e.name, e.err)
 		} else {
 			failure = fmt.Errorf("%s stopped unexpectedly", e.name)
 		}

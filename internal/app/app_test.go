@@ -1,10 +1,15 @@
 package app
 
 import (
+	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestOrderPutsDependenciesFirstAndEdgeLast(t *testing.T) {
@@ -50,5 +55,68 @@ func TestAdminKeyGeneratedOnceWithMode0600(t *testing.T) {
 	b := &App{opts: Options{AdminKey: "from-the-environment-123"}}
 	if k, _ := b.adminKey(); k != "from-the-environment-123" {
 		t.Fatalf("explicit key ignored: %q", k)
+	}
+}
+
+func TestDataDirIsMadeAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	a, err := New(Options{DataDir: "./aiforge-data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir may sit behind a symlink (macOS /var): compare resolved.
+	wd, _ := os.Getwd()
+	if got, want := a.DataDir(), filepath.Join(wd, "aiforge-data"); got != want || !filepath.IsAbs(got) {
+		t.Fatalf("DataDir = %q, want %q", got, want)
+	}
+	// Every path derived from it is absolute too, so a symlink such as
+	// models/<model>/current resolves from any working directory.
+	if p := filepath.Join(a.DataDir(), "models", "m", "current"); !filepath.IsAbs(p) {
+		t.Fatalf("derived path %q is relative", p)
+	}
+	b, err := New(Options{NATSURL: "nats://127.0.0.1:4222", Targets: []string{"worker"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.DataDir() != "" {
+		t.Fatalf("no data dir became %q", b.DataDir())
+	}
+}
+
+func TestModuleErrorPrefixesOnce(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"edge", "edge: listen: address already in use", "edge: listen: address already in use"},
+		{"usage", "usage config: bad", "usage config: bad"},
+		{"retriever", "index: open: denied", "retriever: index: open: denied"},
+		{"edge", "edgeless: x", "edge: edgeless: x"},
+	} {
+		inner := errors.New(tc.in)
+		err := moduleError(tc.name, inner)
+		if err.Error() != tc.want || !errors.Is(err, inner) {
+			t.Errorf("moduleError(%q, %q) = %q, want %q (wrapping the original)", tc.name, tc.in, err, tc.want)
+		}
+	}
+}
+
+// A busy port fails the edge with its own message, named once.
+func TestBusyPortIsNamedOnce(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	a, err := New(Options{Targets: []string{"edge"}, DataDir: t.TempDir(), Listen: busy.Addr().String(), AdminKey: "ak-test-key-0123456789"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = a.Run(ctx)
+	if err == nil {
+		t.Fatal("the edge started on a busy port")
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "edge: ") || strings.HasPrefix(msg, "edge: edge:") || !strings.Contains(msg, "address already in use") {
+		t.Fatalf("error %q: want the edge named once and the cause", msg)
 	}
 }

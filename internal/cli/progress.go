@@ -28,7 +28,8 @@ type Progress struct {
 
 	mu      sync.Mutex
 	done    int64
-	sent    int64 // bytes moved in this run (skipped ones excluded), for the rate
+	sent    int64     // bytes moved in this run (skipped ones excluded), for the rate
+	first   time.Time // when the first byte moved: hashing and setup before it are no transfer time
 	start   time.Time
 	last    time.Time
 	drawn   bool
@@ -60,11 +61,18 @@ func (p *Progress) Add(n int64) {
 		return
 	}
 	p.mu.Lock()
+	if p.sent == 0 && n > 0 {
+		p.first = p.now()
+	}
 	p.done += n
 	p.sent += n
 	p.maybeDraw()
 	p.mu.Unlock()
 }
+
+// rateWindow is how long bytes must have moved before a rate, and an ETA
+// from it, mean anything: the first reads fill buffers in microseconds.
+const rateWindow = time.Second
 
 // Done is the number of bytes counted so far.
 func (p *Progress) Done() int64 {
@@ -120,16 +128,23 @@ func (p *Progress) maybeDraw() {
 func (p *Progress) draw() {
 	t := p.now()
 	p.last, p.drawn = t, true
-	elapsed := t.Sub(p.start).Seconds()
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(p.sent) / elapsed
+	// The rate is the mean since the first byte moved, shown once it
+	// covers rateWindow (or the transfer is over); until then the rate and
+	// the ETA are unknown, not guessed from a few buffered bytes.
+	finished := p.done >= p.total
+	elapsed := t.Sub(p.first)
+	rate, eta := "--", "--:--"
+	if p.sent > 0 && elapsed > 0 && (elapsed >= rateWindow || finished) {
+		bps := float64(p.sent) / elapsed.Seconds()
+		rate = HumanBytes(int64(bps)) + "/s"
+		if !finished {
+			eta = fmtDuration(time.Duration(float64(p.total-p.done) / bps * float64(time.Second)))
+		}
 	}
-	eta := "--:--"
-	if rate > 0 && p.total >= p.done {
-		eta = fmtDuration(time.Duration(float64(p.total-p.done) / rate * float64(time.Second)))
+	if finished {
+		eta = "0:00"
 	}
-	stats := fmt.Sprintf("%s / %s  %s/s  ETA %s", HumanBytes(p.done), HumanBytes(p.total), HumanBytes(int64(rate)), eta)
+	stats := fmt.Sprintf("%s / %s  %s  ETA %s", HumanBytes(p.done), HumanBytes(p.total), rate, eta)
 	if !p.tty {
 		fmt.Fprintf(p.w, "%s: %s (%d%%)\n", p.label, stats, percent(p.done, p.total))
 		return
@@ -168,4 +183,99 @@ func HumanBytes(n int64) string {
 		f /= 1000
 	}
 	return ""
+}
+
+// Spinner shows that a command is waiting, with the latest status: on a
+// terminal a redrawn line with a spinner and the time waited (cleared when
+// it stops); elsewhere one plain line per status change. A nil *Spinner
+// does nothing.
+type Spinner struct {
+	w     io.Writer
+	tty   bool
+	label string
+
+	mu      sync.Mutex
+	status  string
+	frame   int
+	start   time.Time
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+// StartSpinner starts a spinner for label on w; on a terminal it redraws
+// every tick.
+func StartSpinner(w io.Writer, tty bool, label string, tick time.Duration) *Spinner {
+	s := &Spinner{w: w, tty: tty, label: label, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	if !tty {
+		close(s.done)
+		return s
+	}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			s.mu.Lock()
+			s.draw()
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// Status sets what the spinner says after its label.
+func (s *Spinner) Status(status string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || status == s.status {
+		return
+	}
+	s.status = status
+	if !s.tty {
+		fmt.Fprintf(s.w, "%s: %s\n", s.label, status)
+	}
+}
+
+// Stop ends the spinner and, on a terminal, clears its line.
+func (s *Spinner) Stop() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	if s.tty {
+		close(s.stop)
+	}
+	<-s.done
+	if s.tty {
+		s.mu.Lock()
+		fmt.Fprint(s.w, "\r\033[K")
+		s.mu.Unlock()
+	}
+}
+
+func (s *Spinner) draw() {
+	f := spinnerFrames[s.frame%len(spinnerFrames)]
+	s.frame++
+	line := f + " " + s.label
+	if s.status != "" {
+		line += ": " + s.status
+	}
+	fmt.Fprintf(s.w, "\r\033[K%s (%s)", line, fmtDuration(time.Since(s.start)))
 }

@@ -6,14 +6,15 @@ package eval
 import (
 	"bytes"
 	"context"
+	embedfs "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -31,8 +32,16 @@ type Query struct {
 	Relevant [][2]string `json:"relevant"`
 }
 
+// Dataset is the bundled evaluation set (dataset/, CC0): compiled into the
+// binary, so `aiforge eval retrieval` runs from any directory.
+//
+//go:embed dataset/corpus dataset/queries.json
+var Dataset embedfs.FS
+
 // Options configure a run.
 type Options struct {
+	// CorpusDir is a directory of documents and QueriesFile a JSON list of
+	// Query; either left empty takes the bundled set's.
 	CorpusDir   string
 	QueriesFile string
 	K           int
@@ -103,12 +112,28 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 		o.ChunkTokens = 80
 	}
 	var queries []Query
-	b, err := os.ReadFile(o.QueriesFile)
+	var b []byte
+	var err error
+	queriesName := o.QueriesFile
+	if queriesName == "" {
+		queriesName = "the bundled queries"
+		b, err = Dataset.ReadFile("dataset/queries.json")
+	} else {
+		b, err = os.ReadFile(o.QueriesFile)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(b, &queries); err != nil {
-		return nil, fmt.Errorf("eval: %s: %w", o.QueriesFile, err)
+		return nil, fmt.Errorf("eval: %s: %w", queriesName, err)
+	}
+	var corpus fs.FS
+	corpusName := o.CorpusDir
+	if corpusName == "" {
+		corpusName = "the bundled corpus"
+		corpus, _ = fs.Sub(Dataset, "dataset/corpus")
+	} else {
+		corpus = os.DirFS(o.CorpusDir)
 	}
 	dir, err := os.MkdirTemp("", "aiforge-eval-")
 	if err != nil {
@@ -126,16 +151,15 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	}
 	an := lexical.NewEnglish()
 	dense := o.EmbeddingURL != "" && o.EmbeddingModel != ""
-	files, err := filepath.Glob(filepath.Join(o.CorpusDir, "*"))
+	files, err := fs.Glob(corpus, "*")
 	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("eval: no documents in %s", o.CorpusDir)
+		return nil, fmt.Errorf("eval: no documents in %s", corpusName)
 	}
-	for _, path := range files {
-		data, err := os.ReadFile(path)
+	for _, name := range files {
+		data, err := fs.ReadFile(corpus, name)
 		if err != nil {
 			return nil, err
 		}
-		name := filepath.Base(path)
 		ex, ok := extract.ForFormat(extract.Sniff(name, data))
 		if !ok {
 			continue

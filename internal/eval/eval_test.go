@@ -35,7 +35,7 @@ func TestMetrics(t *testing.T) {
 // no meaning, so only the mechanics are checked for dense and hybrid).
 func TestRunOnTheBundledSet(t *testing.T) {
 	ctx := context.Background()
-	scores, err := Run(ctx, Options{CorpusDir: "testdata/corpus", QueriesFile: "testdata/queries.json"})
+	scores, err := Run(ctx, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestRunOnTheBundledSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	scores, err = Run(ctx, Options{CorpusDir: "testdata/corpus", QueriesFile: "testdata/queries.json", EmbeddingURL: base, EmbeddingModel: "emb"})
+	scores, err = Run(ctx, Options{CorpusDir: "dataset/corpus", QueriesFile: "dataset/queries.json", EmbeddingURL: base, EmbeddingModel: "emb"})
 	if err != nil {
 		t.Fatal(err)
 	}
