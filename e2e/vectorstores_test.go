@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +55,7 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, fmt.Sprintf(events.DocsIngestRequestedT, "acme"))
+	m, err := stream.GetLastMsgForSubject(ctx, events.Subject(events.TypeDocIngestRequestedV1, "acme"))
 	if err != nil || !strings.Contains(string(m.Data), file.ID) || !strings.Contains(string(m.Data), `"lang":"en"`) {
 		t.Fatalf("ingest request: %v %s", err, m.Data)
 	}
@@ -72,7 +71,7 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 
 	// The status follows the flow's events.
 	ref := events.DocRef{Tenant: "acme", StoreID: vs.ID, FileID: file.ID}
-	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DocsIndexedT, "acme"), events.DocIndexedV1{DocRef: ref, Chunks: 1}, events.Envelope{Tenant: "acme"}); err != nil {
+	if _, err := events.Publish(ctx, js, events.DocIndexedV1{DocRef: ref, Chunks: 1}, events.Envelope{Tenant: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, func() bool {
@@ -84,7 +83,7 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 		t.Fatalf("store after indexing = %+v", got.FileCounts)
 	}
 	failedRef := ref
-	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DocsFailedT, "acme"), events.DocFailedV1{DocRef: failedRef, Stage: "ingest", Code: "unsupported_file", Message: "no text layer"}, events.Envelope{Tenant: "acme"}); err != nil {
+	if _, err := events.Publish(ctx, js, events.DocFailedV1{DocRef: failedRef, Stage: "ingest", Code: "unsupported_file", Message: "no text layer"}, events.Envelope{Tenant: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, func() bool {
@@ -93,7 +92,7 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 	}, "file failed with last_error")
 
 	// A step that dead-lettered the file's message fails it as well.
-	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DocsIndexedT, "acme"), events.DocIndexedV1{DocRef: ref, Chunks: 1}, events.Envelope{Tenant: "acme"}); err != nil {
+	if _, err := events.Publish(ctx, js, events.DocIndexedV1{DocRef: ref, Chunks: 1}, events.Envelope{Tenant: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, func() bool {
@@ -101,7 +100,12 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 		return err == nil && got.Status == openai.VectorStoreFileStatusCompleted
 	}, "file completed again")
 	dead := events.DocChunkedV1{DocRef: ref, ChunksKey: "k", Chunks: 1}
-	if _, err := events.Publish(ctx, js, fmt.Sprintf(events.DeadLetterT, events.StreamDocs, "embedder"), dead, events.Envelope{Tenant: "acme"}); err != nil {
+	dl, err := events.Marshal(dead, events.Envelope{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl.Subject = events.DeadLetter(events.StreamDocs, "embedder")
+	if _, err := js.PublishMsg(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, func() bool {
@@ -123,7 +127,7 @@ func TestVectorStoresAPIWithTheSDK(t *testing.T) {
 	if d, err := client.VectorStores.Files.Delete(ctx, vs.ID, file.ID); err != nil || !d.Deleted {
 		t.Fatalf("remove file: %v", err)
 	}
-	if _, err := stream.GetLastMsgForSubject(ctx, fmt.Sprintf(events.DocsRemovedT, "acme")); err != nil {
+	if _, err := stream.GetLastMsgForSubject(ctx, events.Subject(events.TypeDocRemovedV1, "acme")); err != nil {
 		t.Fatalf("no removal event: %v", err)
 	}
 	if d, err := client.VectorStores.Delete(ctx, vs.ID); err != nil || !d.Deleted {

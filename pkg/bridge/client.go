@@ -123,7 +123,7 @@ func (c *Client) sendControl(worker, id, kind string, n int) {
 	if worker == "" {
 		return
 	}
-	m := nats.NewMsg(fmt.Sprintf(events.InferControlT, worker))
+	m := nats.NewMsg(events.InferControl(worker))
 	m.Header.Set(HdrRequestID, id)
 	m.Header.Set(HdrControl, kind)
 	if n > 0 {
@@ -173,7 +173,7 @@ func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) erro
 	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
 		failed := res.WorkerID
 		if other := c.findOther(ctx, req.Model, failed); other != "" {
-			subject = fmt.Sprintf(events.InferDirectT, events.Token(req.Model), other)
+			subject = events.InferDirect(req.Model, other)
 		}
 		res, err = c.attempt(ctx, subject, req, MaxAttempts, sink)
 		res.Retried = true
@@ -188,7 +188,7 @@ func (c *Client) findOther(ctx context.Context, model, exclude string) string {
 		return ""
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.nc.PublishRequest(fmt.Sprintf(events.InferPingT, events.Token(model)), inbox, nil); err != nil {
+	if err := c.nc.PublishRequest(events.InferPing(model), inbox, nil); err != nil {
 		return ""
 	}
 	deadline := time.Now().Add(c.cfg.FailoverWait)

@@ -133,7 +133,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig, h Handler) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		nc: nc, cfg: cfg, handler: h, log: cfg.Logger,
-		control: fmt.Sprintf(events.InferControlT, cfg.WorkerID),
+		control: events.InferControl(cfg.WorkerID),
 		active:  make(map[string]*ResponseWriter),
 		slots:   make(chan struct{}, cfg.MaxConcurrency),
 		baseCtx: ctx, cancelAll: cancel,
@@ -170,17 +170,16 @@ func (s *Server) Resume() error {
 	if len(s.subs) > 0 {
 		return nil
 	}
-	tok := events.Token(s.cfg.Model)
-	q, err := s.nc.QueueSubscribe(fmt.Sprintf(events.InferT, tok), events.InferQueue(s.cfg.Model), s.onRequest)
+	q, err := s.nc.QueueSubscribe(events.Infer(s.cfg.Model), events.InferQueue(s.cfg.Model), s.onRequest)
 	if err != nil {
 		return fmt.Errorf("bridge: subscribe: %w", err)
 	}
-	d, err := s.nc.Subscribe(fmt.Sprintf(events.InferDirectT, tok, s.cfg.WorkerID), s.onRequest)
+	d, err := s.nc.Subscribe(events.InferDirect(s.cfg.Model, s.cfg.WorkerID), s.onRequest)
 	if err != nil {
 		_ = q.Unsubscribe()
 		return fmt.Errorf("bridge: subscribe direct: %w", err)
 	}
-	p, err := s.nc.Subscribe(fmt.Sprintf(events.InferPingT, tok), s.onPing)
+	p, err := s.nc.Subscribe(events.InferPing(s.cfg.Model), s.onPing)
 	if err != nil {
 		_ = q.Unsubscribe()
 		_ = d.Unsubscribe()

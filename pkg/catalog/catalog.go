@@ -335,9 +335,11 @@ func (s *Store) UpdateVersion(ctx context.Context, name string, n int, fn func(v
 	return out, err
 }
 
-// ApplyVerdict records the guardian's verdict on a version. It is
-// idempotent: a verdict already recorded for the version is not an error.
-func (s *Store) ApplyVerdict(ctx context.Context, ev events.ModelVerdictV1) (Version, error) {
+// ApplyVerdict records the guardian's verdict on a version, of any version
+// (a v1 verdict has no licence name or chat template). It is idempotent: a
+// verdict already recorded for the version is not an error.
+func (s *Store) ApplyVerdict(ctx context.Context, verdict events.ModelVerdict) (Version, error) {
+	ev := verdict.Latest()
 	var out Version
 	_, err := s.Update(ctx, ev.Name, func(e *Entry, exists bool) error {
 		if !exists {

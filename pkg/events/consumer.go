@@ -76,8 +76,7 @@ type ConsumerConfig struct {
 	// waiting for a delayed redelivery) across all replicas. Default 1000.
 	MaxAckPending int
 	// DeadLetterSubject receives what is given up on. Default
-	// fmt.Sprintf(DeadLetterT, Stream, Durable), captured by the
-	// DEADLETTER stream.
+	// DeadLetter(Stream, Durable), captured by the DEADLETTER stream.
 	DeadLetterSubject string
 	// DeliverPolicy is where a new durable starts. Default DeliverAll.
 	// Policies that need a start sequence or time are not supported.
@@ -149,7 +148,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 		c.MaxAckPending = DefaultMaxAckPending
 	}
 	if c.DeadLetterSubject == "" {
-		c.DeadLetterSubject = fmt.Sprintf(DeadLetterT, c.Stream, c.Durable)
+		c.DeadLetterSubject = DeadLetter(c.Stream, c.Durable)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

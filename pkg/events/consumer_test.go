@@ -232,7 +232,7 @@ func TestConsumerHandlesWithEnvelope(t *testing.T) {
 			Tenant:      "acme",
 			TraceParent: fmt.Sprintf("00-0af7651916cd43dd8448eb211c80319%d-b7ad6b7169203331-01", i),
 		}
-		if _, err := Publish(ctx, js, UsageSubject("acme"), usage(i), env); err != nil {
+		if _, err := Publish(ctx, js, usage(i), env); err != nil {
 			t.Fatal(err)
 		}
 		env.Type = TypeUsageRecordedV1
@@ -275,7 +275,7 @@ func TestConsumerRetriesThenSucceeds(t *testing.T) {
 	}}
 	c := newConsumer(t, js, ConsumerConfig{}, rec.handle)
 	start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(1), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "handled", func() bool { return c.Stats().Handled == 1 })
@@ -308,7 +308,7 @@ func TestConsumerDeadLettersAfterMaxDeliver(t *testing.T) {
 	c := newConsumer(t, js, ConsumerConfig{MaxDeliver: 3}, rec.handle)
 	start(t, c)
 
-	m, err := Marshal(UsageSubject("acme"), usage(1), Envelope{ID: "id-dead", Tenant: "acme", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	m, err := Marshal(usage(1), Envelope{ID: "id-dead", Tenant: "acme", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestConsumerDeadLettersAfterMaxDeliver(t *testing.T) {
 		HeaderDLQStream:         StreamUsage,
 		HeaderDLQSequence:       fmt.Sprint(ack.Sequence),
 		HeaderDLQDeliveries:     "3",
-		HeaderDLQSubject:        UsageSubject("acme"),
+		HeaderDLQSubject:        usage(1).Subject(),
 		HeaderDLQConsumer:       "test-ledger",
 		nats.MsgIdHdr:           fmt.Sprintf("dlq-USAGE-%d", ack.Sequence),
 		HeaderID:                "id-dead",
@@ -367,7 +367,7 @@ func TestConsumerDeadLettersAfterMaxDeliver(t *testing.T) {
 	// Nothing is redelivered: a later event is handled by the same
 	// consumer and the stats of the dead one do not move.
 	failing.Store(false)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(2), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(2), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "later event handled", func() bool { return c.Stats().Handled == 1 })
@@ -383,7 +383,7 @@ func TestConsumerDeadLetterPublishFailureRedelivers(t *testing.T) {
 	// No stream captures this subject yet: the dead-letter publish fails.
 	c := newConsumer(t, js, ConsumerConfig{MaxDeliver: 1, DeadLetterSubject: "test.dlq.ledger"}, rec.handle)
 	start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(1), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "redelivered after a failed dead-letter publish", func() bool { return c.Stats().Retried >= 2 })
@@ -418,7 +418,7 @@ func TestConsumerAcksUnknownType(t *testing.T) {
 	c := newConsumer(t, js, ConsumerConfig{}, rec.handle)
 	start(t, c)
 
-	m := nats.NewMsg(UsageSubject("acme"))
+	m := nats.NewMsg(Subject(TypeUsageRecordedV1, "acme"))
 	m.Header.Set(HeaderID, "future-1")
 	m.Header.Set(nats.MsgIdHdr, "future-1")
 	m.Header.Set(HeaderType, "aiforge.future.thing.v9")
@@ -447,7 +447,7 @@ func TestConsumerDeadLettersInvalidAtOnce(t *testing.T) {
 	start(t, c)
 
 	publishRaw := func(id, typ, body string) {
-		m := nats.NewMsg(UsageSubject("acme"))
+		m := nats.NewMsg(Subject(TypeUsageRecordedV1, "acme"))
 		m.Header.Set(nats.MsgIdHdr, id)
 		m.Header.Set(HeaderID, id)
 		if typ != "" {
@@ -499,7 +499,7 @@ func TestConsumerRecoversPanic(t *testing.T) {
 	}}
 	c := newConsumer(t, js, ConsumerConfig{}, rec.handle)
 	start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(1), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "handled after the panic", func() bool { return c.Stats().Handled == 1 })
@@ -515,7 +515,7 @@ func TestConsumerRestartDoesNotRedeliver(t *testing.T) {
 	c1 := newConsumer(t, js, ConsumerConfig{}, first.handle)
 	stop := start(t, c1)
 	for i := range 3 {
-		if _, err := Publish(ctx, js, UsageSubject("acme"), usage(i), Envelope{ID: fmt.Sprintf("first-%d", i)}); err != nil {
+		if _, err := Publish(ctx, js, usage(i), Envelope{ID: fmt.Sprintf("first-%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -523,13 +523,13 @@ func TestConsumerRestartDoesNotRedeliver(t *testing.T) {
 	stop()
 
 	// Published while nobody runs: the restarted durable picks it up.
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(3), Envelope{ID: "between"}); err != nil {
+	if _, err := Publish(ctx, js, usage(3), Envelope{ID: "between"}); err != nil {
 		t.Fatal(err)
 	}
 	second := &recorder{}
 	c2 := newConsumer(t, js, ConsumerConfig{}, second.handle)
 	stop = start(t, c2)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(4), Envelope{ID: "second"}); err != nil {
+	if _, err := Publish(ctx, js, usage(4), Envelope{ID: "second"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "second run handled 2", func() bool { return c2.Stats().Handled == 2 })
@@ -545,7 +545,7 @@ func TestConsumerRestartDoesNotRedeliver(t *testing.T) {
 
 	// The same Consumer value can run again.
 	stop = start(t, c2)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(5), Envelope{ID: "third"}); err != nil {
+	if _, err := Publish(ctx, js, usage(5), Envelope{ID: "third"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "third handled", func() bool { return c2.Stats().Handled == 3 })
@@ -572,7 +572,7 @@ func TestConsumerShutdownFinishesHandlerAndHandsBackBuffered(t *testing.T) {
 	})
 	stop := start(t, c1)
 	for i := range 5 {
-		if _, err := Publish(ctx, js, UsageSubject("acme"), usage(i), Envelope{ID: fmt.Sprint(i)}); err != nil {
+		if _, err := Publish(ctx, js, usage(i), Envelope{ID: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -662,7 +662,7 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 			return true
 		}
 		i++
-		if _, err := Publish(ctx, js, UsageSubject("acme"), usage(i), Envelope{}); err != nil {
+		if _, err := Publish(ctx, js, usage(i), Envelope{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -678,7 +678,7 @@ func TestConsumerRunStopLeavesNoGoroutines(t *testing.T) {
 	// One run first, so the connection's own lazily started goroutines
 	// exist before the baseline is taken.
 	stop := start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(0), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(0), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "handled", func() bool { return c.Stats().Handled == 1 })
@@ -691,7 +691,7 @@ func TestConsumerRunStopLeavesNoGoroutines(t *testing.T) {
 	})
 	for i := 1; i <= 5; i++ {
 		stop := start(t, c)
-		if _, err := Publish(ctx, js, UsageSubject("acme"), usage(i), Envelope{}); err != nil {
+		if _, err := Publish(ctx, js, usage(i), Envelope{}); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "handled", func() bool { return c.Stats().Handled == uint64(i+1) })
@@ -731,7 +731,7 @@ func TestConsumerInProgressExtendsTheLease(t *testing.T) {
 		return hctx.Err()
 	})
 	start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(1), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "handled", func() bool { return c.Stats().Handled == 1 })
@@ -754,7 +754,7 @@ func TestConsumerHandlerContextExpiresAfterAckWait(t *testing.T) {
 		return hctx.Err()
 	})
 	start(t, c)
-	if _, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{}); err != nil {
+	if _, err := Publish(ctx, js, usage(1), Envelope{}); err != nil {
 		t.Fatal(err)
 	}
 	select {

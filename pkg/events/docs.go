@@ -8,25 +8,8 @@ import (
 
 // The document flow: a file added to a vector store is ingested (parsed and
 // chunked), embedded (dense and sparse vectors) and indexed; each step
-// publishes its outcome so the file's status is always known.
-const (
-	// DocsIngestRequestedT asks ingest to process a file of a store: Token(tenant).
-	DocsIngestRequestedT = "aiforge.docs.ingest.requested.v1.%s"
-	// DocsChunkedT says a file's chunks are in the object store: Token(tenant).
-	DocsChunkedT = "aiforge.docs.chunked.v1.%s"
-	// DocsEmbeddedT says a file's vectors are in the object store: Token(tenant).
-	DocsEmbeddedT = "aiforge.docs.embedded.v1.%s"
-	// DocsIndexedT says a file is searchable: Token(tenant).
-	DocsIndexedT = "aiforge.docs.indexed.v1.%s"
-	// DocsFailedT says a step failed for good: Token(tenant).
-	DocsFailedT = "aiforge.docs.failed.v1.%s"
-	// DocsRemovedT asks every step to forget a file of a store: Token(tenant).
-	DocsRemovedT = "aiforge.docs.removed.v1.%s"
-	// DocsAll matches every document event.
-	DocsAll = "aiforge.docs.>"
-	// StreamDocs holds the document flow's events.
-	StreamDocs = "DOCS"
-)
+// publishes its outcome so the file's status is always known. Every document
+// event is keyed by tenant (subjects.go).
 
 // DocRef names one file of one vector store of a tenant.
 type DocRef struct {
@@ -58,9 +41,6 @@ type Chunking struct {
 	OverlapTokens int `json:"chunk_overlap_tokens"`
 }
 
-// TypeDocIngestRequestedV1 is the type name of DocIngestRequestedV1.
-const TypeDocIngestRequestedV1 = "aiforge.docs.ingest.requested.v1"
-
 // DocIngestRequestedV1 asks for a file to be processed for a store.
 type DocIngestRequestedV1 struct {
 	DocRef
@@ -75,6 +55,8 @@ type DocIngestRequestedV1 struct {
 
 func (DocIngestRequestedV1) EventType() string { return TypeDocIngestRequestedV1 }
 
+func (e DocIngestRequestedV1) Subject() string { return Subject(TypeDocIngestRequestedV1, e.Tenant) }
+
 func (e DocIngestRequestedV1) Validate() error {
 	errs := []error{e.DocRef.validate()}
 	if e.ObjectKey == "" {
@@ -85,9 +67,6 @@ func (e DocIngestRequestedV1) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// TypeDocChunkedV1 is the type name of DocChunkedV1.
-const TypeDocChunkedV1 = "aiforge.docs.chunked.v1"
 
 // DocChunkedV1: the file's chunks are stored as JSON lines at ChunksKey.
 type DocChunkedV1 struct {
@@ -103,6 +82,8 @@ type DocChunkedV1 struct {
 
 func (DocChunkedV1) EventType() string { return TypeDocChunkedV1 }
 
+func (e DocChunkedV1) Subject() string { return Subject(TypeDocChunkedV1, e.Tenant) }
+
 func (e DocChunkedV1) Validate() error {
 	errs := []error{e.DocRef.validate()}
 	if e.ChunksKey == "" || e.Chunks < 0 {
@@ -110,9 +91,6 @@ func (e DocChunkedV1) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// TypeDocEmbeddedV1 is the type name of DocEmbeddedV1.
-const TypeDocEmbeddedV1 = "aiforge.docs.embedded.v1"
 
 // DocEmbeddedV1: the file's chunks with their vectors are at VectorsKey.
 type DocEmbeddedV1 struct {
@@ -125,6 +103,8 @@ type DocEmbeddedV1 struct {
 
 func (DocEmbeddedV1) EventType() string { return TypeDocEmbeddedV1 }
 
+func (e DocEmbeddedV1) Subject() string { return Subject(TypeDocEmbeddedV1, e.Tenant) }
+
 func (e DocEmbeddedV1) Validate() error {
 	errs := []error{e.DocRef.validate()}
 	if e.VectorsKey == "" {
@@ -132,9 +112,6 @@ func (e DocEmbeddedV1) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// TypeDocIndexedV1 is the type name of DocIndexedV1.
-const TypeDocIndexedV1 = "aiforge.docs.indexed.v1"
 
 // DocIndexedV1: the file is searchable.
 type DocIndexedV1 struct {
@@ -145,10 +122,9 @@ type DocIndexedV1 struct {
 
 func (DocIndexedV1) EventType() string { return TypeDocIndexedV1 }
 
-func (e DocIndexedV1) Validate() error { return e.DocRef.validate() }
+func (e DocIndexedV1) Subject() string { return Subject(TypeDocIndexedV1, e.Tenant) }
 
-// TypeDocFailedV1 is the type name of DocFailedV1.
-const TypeDocFailedV1 = "aiforge.docs.failed.v1"
+func (e DocIndexedV1) Validate() error { return e.DocRef.validate() }
 
 // DocFailedV1: a step gave up on the file; Code and Message become the
 // file's last_error.
@@ -161,6 +137,8 @@ type DocFailedV1 struct {
 
 func (DocFailedV1) EventType() string { return TypeDocFailedV1 }
 
+func (e DocFailedV1) Subject() string { return Subject(TypeDocFailedV1, e.Tenant) }
+
 func (e DocFailedV1) Validate() error {
 	errs := []error{e.DocRef.validate()}
 	if e.Stage == "" || e.Code == "" || e.Message == "" {
@@ -169,9 +147,6 @@ func (e DocFailedV1) Validate() error {
 	return errors.Join(errs...)
 }
 
-// TypeDocRemovedV1 is the type name of DocRemovedV1.
-const TypeDocRemovedV1 = "aiforge.docs.removed.v1"
-
 // DocRemovedV1: the file left the store (or the store was deleted): its
 // chunks go.
 type DocRemovedV1 struct {
@@ -179,6 +154,8 @@ type DocRemovedV1 struct {
 }
 
 func (DocRemovedV1) EventType() string { return TypeDocRemovedV1 }
+
+func (e DocRemovedV1) Subject() string { return Subject(TypeDocRemovedV1, e.Tenant) }
 
 func (e DocRemovedV1) Validate() error { return e.DocRef.validate() }
 

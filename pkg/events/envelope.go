@@ -30,8 +30,11 @@ const (
 
 // Event is a versioned event type. EventType names subsystem, event and
 // version ("aiforge.usage.recorded.v1"); a new version is a new Go type.
+// Subject is where the event is published, computed from its own fields:
+// Subject(EventType(), its tenant or model name). Validate never mutates.
 type Event interface {
 	EventType() string
+	Subject() string
 	Validate() error
 }
 
@@ -60,8 +63,9 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Marshal validates ev and builds the message: JSON body, envelope headers.
-func Marshal(subject string, ev Event, env Envelope) (*nats.Msg, error) {
+// Marshal validates ev and builds the message for ev.Subject(): JSON body,
+// envelope headers.
+func Marshal(ev Event, env Envelope) (*nats.Msg, error) {
 	if err := ev.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, ev.EventType(), err)
 	}
@@ -75,7 +79,7 @@ func Marshal(subject string, ev Event, env Envelope) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events: marshal %s: %w", ev.EventType(), err)
 	}
-	m := nats.NewMsg(subject)
+	m := nats.NewMsg(ev.Subject())
 	m.Data = body
 	h := m.Header
 	h.Set(nats.MsgIdHdr, env.ID)
@@ -118,17 +122,18 @@ func ReadEnvelope(h nats.Header) Envelope {
 	return env
 }
 
-// Publish validates and publishes ev to a stream subject, waiting for the
-// stream's acknowledgement. Publishing the same envelope id twice within the
-// stream's duplicate window stores it once (ack.Duplicate is then true).
-func Publish(ctx context.Context, js jetstream.JetStream, subject string, ev Event, env Envelope) (*jetstream.PubAck, error) {
-	m, err := Marshal(subject, ev, env)
+// Publish validates and publishes ev on its own subject (ev.Subject()),
+// waiting for the stream's acknowledgement. Publishing the same envelope id
+// twice within the stream's duplicate window stores it once (ack.Duplicate
+// is then true).
+func Publish(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope) (*jetstream.PubAck, error) {
+	m, err := Marshal(ev, env)
 	if err != nil {
 		return nil, err
 	}
 	ack, err := js.PublishMsg(ctx, m)
 	if err != nil {
-		return nil, fmt.Errorf("events: publish %s on %s: %w", ev.EventType(), subject, err)
+		return nil, fmt.Errorf("events: publish %s on %s: %w", ev.EventType(), m.Subject, err)
 	}
 	return ack, nil
 }

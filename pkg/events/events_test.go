@@ -88,9 +88,9 @@ func TestToken(t *testing.T) {
 			t.Errorf("Token(%q) = Token(%q) = %q", name, prev, tok)
 		}
 		seen[tok] = name
-		subj := UsageSubject(name)
-		if n := strings.Count(subj, "."); n != strings.Count(UsageRecordedT, ".") {
-			t.Errorf("UsageSubject(%q) = %q has %d dots", name, subj, n)
+		subj := Subject(TypeUsageRecordedV1, name)
+		if n := strings.Count(subj, "."); n != strings.Count(TypeUsageRecordedV1, ".")+1 {
+			t.Errorf("Subject(%q, %q) = %q has %d dots", TypeUsageRecordedV1, name, subj, n)
 		}
 		if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n") {
 			t.Errorf("Token(%q) = %q is not one plain token", name, tok)
@@ -107,7 +107,7 @@ func TestEnsureIdempotentAndUsageImmutable(t *testing.T) {
 	if err := Ensure(ctx, js, StreamOptions{}); err != nil {
 		t.Fatalf("second Ensure: %v", err)
 	}
-	ack, err := Publish(ctx, js, UsageSubject("acme"), usage(1), Envelope{Source: "test"})
+	ack, err := Publish(ctx, js, usage(1), Envelope{Source: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +137,14 @@ func TestPublishDuplicateStoredOnce(t *testing.T) {
 	js, _ := newJS(t)
 	ctx := testCtx(t)
 	env := Envelope{ID: "req-1", Source: "test", Tenant: "acme"}
-	first, err := Publish(ctx, js, UsageSubject("acme"), usage(1), env)
+	first, err := Publish(ctx, js, usage(1), env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Duplicate {
 		t.Error("first publish reported a duplicate")
 	}
-	second, err := Publish(ctx, js, UsageSubject("acme"), usage(1), env)
+	second, err := Publish(ctx, js, usage(1), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +170,12 @@ func TestMarshalRejectsInvalid(t *testing.T) {
 	bad := usage(1)
 	bad.Tenant = ""
 	bad.Endpoint = "images"
-	if _, err := Marshal(UsageSubject("acme"), bad, Envelope{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Marshal(bad, Envelope{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Marshal error = %v, want ErrInvalid", err)
 	} else if !strings.Contains(err.Error(), "tenant is required") || !strings.Contains(err.Error(), "endpoint") {
 		t.Errorf("Marshal error %q does not name every problem", err)
 	}
-	if _, err := Publish(ctx, js, UsageSubject("acme"), bad, Envelope{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Publish(ctx, js, bad, Envelope{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Publish error = %v, want ErrInvalid", err)
 	}
 	st, err := js.Stream(ctx, StreamUsage)
@@ -194,7 +194,7 @@ func TestMarshalRejectsInvalid(t *testing.T) {
 func TestMarshalDecodeEnvelope(t *testing.T) {
 	when := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	env := Envelope{ID: "id-1", Source: "edge", Time: when, Tenant: "acme", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceState: "k=v"}
-	m, err := Marshal(UsageSubject("acme"), usage(1), env)
+	m, err := Marshal(usage(1), env)
 	if err != nil {
 		t.Fatal(err)
 	}

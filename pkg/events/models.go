@@ -9,33 +9,10 @@ import (
 
 // The model flow: an upload or a hub pull puts a model version's files in the
 // object store and publishes ModelUploadedV1; the guardian scans them and
-// publishes ModelVerdictV1; the catalog (BucketCatalog) records the outcome.
-// Only a published version can be deployed or served.
-const (
-	// ModelsUploadedT says a version's files are stored and await the
-	// guardian: Token(model name).
-	ModelsUploadedT = "aiforge.models.uploaded.v1.%s"
-	// ModelsVerdictT carries the guardian's verdict: Token(model name).
-	ModelsVerdictT = "aiforge.models.verdict.v1.%s"
-	// ModelsPullRequestedT asks the guardian's mirror to pull a hub
-	// repository: Token(model name). It never carries a hub token.
-	ModelsPullRequestedT = "aiforge.models.pull.requested.v1.%s"
-	// ModelsAll matches every model event.
-	ModelsAll = "aiforge.models.>"
-	// StreamModels holds the model flow's events.
-	StreamModels = "MODELS"
-	// BucketCatalog holds the catalog: model name -> versions.
-	BucketCatalog = "aiforge_catalog"
-	// BucketDeployments holds which catalog version each served model name
-	// runs, with its history (rollback is one call).
-	BucketDeployments = "aiforge_deployments"
-	// BucketUploads holds upload sessions in progress (resumable multipart
-	// uploads of model files).
-	BucketUploads = "aiforge_uploads"
-	// BucketPulls holds the state of hub pulls, so a client that requested
-	// one can follow it to its catalog version (or its failure).
-	BucketPulls = "aiforge_model_pulls"
-)
+// publishes its verdict (ModelVerdictV2; the MODELS stream also holds
+// ModelVerdictV1 from before); the catalog (BucketCatalog) records the
+// outcome. Only a published version can be deployed or served. Every model
+// event is keyed by model name (subjects.go).
 
 // Model kinds.
 const (
@@ -92,9 +69,6 @@ type ModelReason struct {
 	File    string `json:"file,omitempty"`
 }
 
-// TypeModelUploadedV1 is the type name of ModelUploadedV1.
-const TypeModelUploadedV1 = "aiforge.models.uploaded.v1"
-
 // ModelUploadedV1: a version's files are in the object store under Prefix
 // (the key of a file is Prefix + Path) and must be scanned.
 type ModelUploadedV1 struct {
@@ -114,6 +88,8 @@ type ModelUploadedV1 struct {
 
 func (ModelUploadedV1) EventType() string { return TypeModelUploadedV1 }
 
+func (e ModelUploadedV1) Subject() string { return Subject(TypeModelUploadedV1, e.Name) }
+
 func (e ModelUploadedV1) Validate() error {
 	errs := []error{validateModelRef(e.Name, e.Version, e.Kind, e.BaseModel), e.Source.validate()}
 	if e.Prefix == "" || !strings.HasSuffix(e.Prefix, "/") {
@@ -127,11 +103,9 @@ func (e ModelUploadedV1) Validate() error {
 	return errors.Join(errs...)
 }
 
-// TypeModelVerdictV1 is the type name of ModelVerdictV1.
-const TypeModelVerdictV1 = "aiforge.models.verdict.v1"
-
-// ModelVerdictV1 is the guardian's verdict on a version. Any error during
-// the scan is a rejection (fail-closed).
+// ModelVerdictV1 is the guardian's verdict on a version, as shipped first.
+// Any error during the scan is a rejection (fail-closed). Shipped: never
+// change its fields; ModelVerdictV2 adds to it.
 type ModelVerdictV1 struct {
 	Name    string        `json:"name"`
 	Version int           `json:"version"`
@@ -140,23 +114,21 @@ type ModelVerdictV1 struct {
 	Files   []ModelFile   `json:"files"`
 	// License is an SPDX-like id, or "needs-review".
 	License string `json:"license"`
-	// LicenseName and LicenseLink are the model card's license_name and
-	// license_link: what the reviewer of a "needs-review" licence reads.
-	LicenseName string `json:"license_name,omitempty"`
-	LicenseLink string `json:"license_link,omitempty"`
 	// Parameters is computed from the tensor shapes.
 	Parameters int64 `json:"parameters"`
 	// DTypes holds parameters per dtype.
-	DTypes map[string]int64 `json:"dtypes,omitempty"`
-	Format string           `json:"format,omitempty"` // safetensors, gguf
-	// ChatTemplate is the upload's chat template, as text for review; it is
-	// never rendered. ChatTemplateTruncated: cut at the scanner's bound.
-	ChatTemplate          string    `json:"chat_template,omitempty"`
-	ChatTemplateTruncated bool      `json:"chat_template_truncated,omitempty"`
-	ScannedAt             time.Time `json:"scanned_at"`
+	DTypes    map[string]int64 `json:"dtypes,omitempty"`
+	Format    string           `json:"format,omitempty"` // safetensors, gguf
+	ScannedAt time.Time        `json:"scanned_at"`
 }
 
 func (ModelVerdictV1) EventType() string { return TypeModelVerdictV1 }
+
+func (e ModelVerdictV1) Subject() string { return Subject(TypeModelVerdictV1, e.Name) }
+
+// Latest implements ModelVerdict: a v1 verdict has no licence name or link
+// and no chat template.
+func (e ModelVerdictV1) Latest() ModelVerdictV2 { return ModelVerdictV2{ModelVerdictV1: e} }
 
 func (e ModelVerdictV1) Validate() error {
 	errs := []error{validateModelRef(e.Name, e.Version, ModelKindModel, "")}
@@ -181,8 +153,36 @@ func (e ModelVerdictV1) Validate() error {
 	return errors.Join(errs...)
 }
 
-// TypeModelPullRequestedV1 is the type name of ModelPullRequestedV1.
-const TypeModelPullRequestedV1 = "aiforge.models.pull.requested.v1"
+// ModelVerdict is a verdict of any version read as the current one: what a
+// consumer of verdicts takes, since the MODELS stream holds both v1 and v2.
+type ModelVerdict interface {
+	Event
+	Latest() ModelVerdictV2
+}
+
+// ModelVerdictV2 is ModelVerdictV1 plus what the guardian learned to read
+// since: the model card's licence name and link, and the chat template. Its
+// JSON is V1's fields, flat, plus these.
+type ModelVerdictV2 struct {
+	ModelVerdictV1
+	// LicenseName and LicenseLink are the model card's license_name and
+	// license_link: what the reviewer of a "needs-review" licence reads.
+	LicenseName string `json:"license_name,omitempty"`
+	LicenseLink string `json:"license_link,omitempty"`
+	// ChatTemplate is the upload's chat template, as text for review; it is
+	// never rendered. ChatTemplateTruncated: cut at the scanner's bound.
+	ChatTemplate          string `json:"chat_template,omitempty"`
+	ChatTemplateTruncated bool   `json:"chat_template_truncated,omitempty"`
+}
+
+func (ModelVerdictV2) EventType() string { return TypeModelVerdictV2 }
+
+func (e ModelVerdictV2) Subject() string { return Subject(TypeModelVerdictV2, e.Name) }
+
+// Latest implements ModelVerdict.
+func (e ModelVerdictV2) Latest() ModelVerdictV2 { return e }
+
+func (e ModelVerdictV2) Validate() error { return e.ModelVerdictV1.Validate() }
 
 // ModelPullRequestedV1 asks the mirror to pull Repo at Revision into the
 // catalog under Name. The hub token is the guardian's own configuration and
@@ -198,6 +198,8 @@ type ModelPullRequestedV1 struct {
 }
 
 func (ModelPullRequestedV1) EventType() string { return TypeModelPullRequestedV1 }
+
+func (e ModelPullRequestedV1) Subject() string { return Subject(TypeModelPullRequestedV1, e.Name) }
 
 func (e ModelPullRequestedV1) Validate() error {
 	errs := []error{validateModelRef(e.Name, 1, e.Kind, e.BaseModel)}

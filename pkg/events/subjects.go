@@ -2,11 +2,19 @@
 // streams, KV buckets, the CloudEvents-style envelope and the versioned event
 // types every service publishes or consumes.
 //
-// Subjects follow one scheme: aiforge.<domain>.<event>.v<N>[.<token>]. A
-// constant names each fixed subject; a printf template ending in T names each
-// parameterised one (the nats-server JSApiStreamCreate/JSApiStreamCreateT
-// pattern). Parameters go through Token so that user-chosen names (models,
-// tenants) can never add or remove subject levels.
+// Every subject, stream and bucket is named in this file. Subjects follow one
+// scheme: aiforge.<domain>.<event>.v<N>[.<token>]. A durable event's type
+// name is the first four levels ("aiforge.usage.recorded.v2"), and the event
+// is published on its type name plus one token, the tenant or model it
+// concerns (Subject). Each event type computes that subject from its own
+// fields (Event.Subject), and Publish takes no other, so an event cannot go
+// out on another event's subject. Consumers filter with the named wildcards
+// below: the ...All constants match every version of an event (a consumer
+// keeps reading v1 after v2 ships, and learns v2 from its registry), and
+// UsageOfTenant and DeadLetterOf narrow to one tenant or one stream.
+//
+// Parameters go through Token so that user-chosen names (models, tenants)
+// can never add or remove subject levels.
 package events
 
 import (
@@ -14,51 +22,140 @@ import (
 	"strings"
 )
 
-// Real-time inference over core NATS request/reply. Workers of one model
-// share InferT through a queue group; the reply subject is the edge's inbox.
+// Event type names, by domain. The type name of an event is the root of its
+// subject: Subject(type, key).
 const (
-	// InferT is where requests for a model are published; the argument is
-	// Token(model). Workers of that model subscribe in queue group
-	// InferQueue(model).
-	InferT = "aiforge.infer.v1.%s"
-	// InferDirectT addresses one worker replica of a model (failover):
-	// Token(model), worker id.
-	InferDirectT = "aiforge.infer.v1.%s.w.%s"
-	// InferPingT is answered by every worker replica of a model (not a queue
-	// group) with its id; the edge uses it to find another replica.
-	InferPingT = "aiforge.infer.v1.%s.ping"
-	// InferControlT carries cancel and flow-control credits from an edge to
-	// the worker serving a request: worker id.
-	InferControlT = "aiforge.infer.ctl.v1.%s"
+	// TypeUsageRecordedV1 is UsageRecordedV1, keyed by tenant.
+	TypeUsageRecordedV1 = "aiforge.usage.recorded.v1"
+	// TypeUsageRecordedV2 is UsageRecordedV2, keyed by tenant. Before v2
+	// had its own subject, v2 events were published on v1's; the USAGE
+	// stream still holds those, and readers tell them by ce-type.
+	TypeUsageRecordedV2 = "aiforge.usage.recorded.v2"
+	// TypeUsageCorrectedV1 is UsageCorrectedV1, keyed by tenant.
+	TypeUsageCorrectedV1 = "aiforge.usage.corrected.v1"
+	// TypeBudgetAlertV1 is BudgetAlertV1, keyed by tenant.
+	TypeBudgetAlertV1 = "aiforge.budget.alert.v1"
+
+	// TypeDocIngestRequestedV1 is DocIngestRequestedV1, keyed by tenant.
+	TypeDocIngestRequestedV1 = "aiforge.docs.ingest.requested.v1"
+	// TypeDocChunkedV1 is DocChunkedV1, keyed by tenant.
+	TypeDocChunkedV1 = "aiforge.docs.chunked.v1"
+	// TypeDocEmbeddedV1 is DocEmbeddedV1, keyed by tenant.
+	TypeDocEmbeddedV1 = "aiforge.docs.embedded.v1"
+	// TypeDocIndexedV1 is DocIndexedV1, keyed by tenant.
+	TypeDocIndexedV1 = "aiforge.docs.indexed.v1"
+	// TypeDocFailedV1 is DocFailedV1, keyed by tenant.
+	TypeDocFailedV1 = "aiforge.docs.failed.v1"
+	// TypeDocRemovedV1 is DocRemovedV1, keyed by tenant.
+	TypeDocRemovedV1 = "aiforge.docs.removed.v1"
+
+	// TypeModelUploadedV1 is ModelUploadedV1, keyed by model name.
+	TypeModelUploadedV1 = "aiforge.models.uploaded.v1"
+	// TypeModelVerdictV1 is ModelVerdictV1, keyed by model name.
+	TypeModelVerdictV1 = "aiforge.models.verdict.v1"
+	// TypeModelVerdictV2 is ModelVerdictV2, keyed by model name.
+	TypeModelVerdictV2 = "aiforge.models.verdict.v2"
+	// TypeModelPullRequestedV1 is ModelPullRequestedV1, keyed by model
+	// name. It never carries a hub token.
+	TypeModelPullRequestedV1 = "aiforge.models.pull.requested.v1"
 )
 
-// Durable events on JetStream.
+// Subject returns the subject an event of type typ concerning key (a tenant
+// or a model name) is published on: typ.Token(key). Event.Subject is this
+// applied to the event's own type and key; call it directly only to read
+// one subject back (the last verdict of a model, say).
+func Subject(typ, key string) string { return typ + "." + Token(key) }
+
+// Filters of durable events: each matches every version of one event, for
+// every key.
 const (
-	// UsageRecordedT carries UsageRecordedV1 events: Token(tenant).
-	UsageRecordedT = "aiforge.usage.recorded.v1.%s"
+	UsageRecordedAll  = "aiforge.usage.recorded.*.*"
+	UsageCorrectedAll = "aiforge.usage.corrected.*.*"
+	BudgetAlertAll    = "aiforge.budget.alert.*.*"
+
+	DocsIngestRequestedAll = "aiforge.docs.ingest.requested.*.*"
+	DocsChunkedAll         = "aiforge.docs.chunked.*.*"
+	DocsEmbeddedAll        = "aiforge.docs.embedded.*.*"
+	DocsIndexedAll         = "aiforge.docs.indexed.*.*"
+	DocsFailedAll          = "aiforge.docs.failed.*.*"
+	DocsRemovedAll         = "aiforge.docs.removed.*.*"
+
+	ModelsUploadedAll      = "aiforge.models.uploaded.*.*"
+	ModelsVerdictAll       = "aiforge.models.verdict.*.*"
+	ModelsPullRequestedAll = "aiforge.models.pull.requested.*.*"
+)
+
+// UsageOfTenant matches every usage event of one tenant, of every kind and
+// version (aiforge.usage.<event>.v<N>.<tenant>): recorded v1 and v2 and
+// corrections.
+func UsageOfTenant(tenant string) string { return "aiforge.usage.*.*." + Token(tenant) }
+
+// Streams, one per domain, and the subjects each captures.
+const (
+	StreamUsage = "USAGE"
 	// UsageAll matches every usage event.
 	UsageAll = "aiforge.usage.>"
-	// UsageQuery is the core NATS request/reply subject of usage reports,
-	// audits and ledger dumps, answered by the usage service. It lies
-	// outside aiforge.usage.> so the USAGE stream never captures a query.
-	UsageQuery = "aiforge.query.usage.v1"
-	// RetrieverQuery is the core NATS request/reply subject of vector store
-	// searches, answered by the retriever service.
-	RetrieverQuery = "aiforge.query.retriever.v1"
+
+	StreamBudget = "BUDGET"
 	// BudgetAll matches every budget alert.
 	BudgetAll = "aiforge.budget.>"
-	// DeadLetterT receives messages a consumer gave up on: stream, durable.
-	DeadLetterT = "aiforge.deadletter.%s.%s"
+
+	// StreamDocs holds the document flow's events.
+	StreamDocs = "DOCS"
+	// DocsAll matches every document event.
+	DocsAll = "aiforge.docs.>"
+
+	// StreamModels holds the model flow's events.
+	StreamModels = "MODELS"
+	// ModelsAll matches every model event.
+	ModelsAll = "aiforge.models.>"
+
+	StreamDeadLetter = "DEADLETTER"
 	// DeadLetterAll matches every dead letter.
 	DeadLetterAll = "aiforge.deadletter.>"
 )
 
-// Streams, one per domain.
+// DeadLetter is where a consumer's durable copies what it gave up on
+// (aiforge.deadletter.<stream>.<durable>); ConsumerConfig.Validate keeps
+// both names single tokens.
+func DeadLetter(stream, durable string) string {
+	return "aiforge.deadletter." + stream + "." + durable
+}
+
+// DeadLetterOf matches the dead letters of every consumer of one stream.
+func DeadLetterOf(stream string) string { return DeadLetter(stream, "*") }
+
+// Core NATS request/reply subjects, outside every stream's subjects.
 const (
-	StreamUsage      = "USAGE"
-	StreamDeadLetter = "DEADLETTER"
-	StreamBudget     = "BUDGET"
+	// UsageQuery is the subject of usage reports, audits and ledger dumps,
+	// answered by the usage service. It lies outside aiforge.usage.> so the
+	// USAGE stream never captures a query.
+	UsageQuery = "aiforge.query.usage.v1"
+	// RetrieverQuery is the subject of vector store searches, answered by
+	// the retriever service.
+	RetrieverQuery = "aiforge.query.retriever.v1"
 )
+
+// Real-time inference over core NATS request/reply. Workers of one model
+// share Infer(model) through the queue group InferQueue(model); the reply
+// subject is the edge's inbox.
+
+// Infer is where requests for a model are published.
+func Infer(model string) string { return "aiforge.infer.v1." + Token(model) }
+
+// InferQueue is the queue group shared by the workers of one model.
+func InferQueue(model string) string { return "worker." + Token(model) }
+
+// InferDirect addresses one worker replica of a model (failover).
+func InferDirect(model, worker string) string { return Infer(model) + ".w." + worker }
+
+// InferPing is answered by every worker replica of a model (not a queue
+// group) with its id; the edge uses it to find another replica.
+func InferPing(model string) string { return Infer(model) + ".ping" }
+
+// InferControl carries cancel and flow-control credits from an edge to the
+// worker serving a request.
+func InferControl(worker string) string { return "aiforge.infer.ctl.v1." + worker }
 
 // KV buckets holding shared state. Every edge replica watches them.
 const (
@@ -78,13 +175,18 @@ const (
 	BucketFiles            = "aiforge_files"
 	BucketVectorStores     = "aiforge_vector_stores"
 	BucketVectorStoreFiles = "aiforge_vector_store_files"
+	// BucketCatalog holds the catalog: model name -> versions.
+	BucketCatalog = "aiforge_catalog"
+	// BucketDeployments holds which catalog version each served model name
+	// runs, with its history (rollback is one call).
+	BucketDeployments = "aiforge_deployments"
+	// BucketUploads holds upload sessions in progress (resumable multipart
+	// uploads of model files).
+	BucketUploads = "aiforge_uploads"
+	// BucketPulls holds the state of hub pulls, so a client that requested
+	// one can follow it to its catalog version (or its failure).
+	BucketPulls = "aiforge_model_pulls"
 )
-
-// InferQueue is the queue group shared by the workers of one model.
-func InferQueue(model string) string { return "worker." + Token(model) }
-
-// Infer returns the request subject of a model.
-func Infer(model string) string { return fmt.Sprintf(InferT, Token(model)) }
 
 // Token turns an arbitrary name into one subject token. Characters NATS
 // gives meaning to (".", "*", ">", whitespace), control characters and "%"

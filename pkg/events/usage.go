@@ -20,9 +20,6 @@ const (
 	EndpointEmbeddings      = "embeddings"
 )
 
-// TypeUsageRecordedV1 is the type name of UsageRecordedV1.
-const TypeUsageRecordedV1 = "aiforge.usage.recorded.v1"
-
 // UsageRecordedV1 is one request's token spend. Its envelope id is the
 // request id, so a request is recorded once however often it is published.
 // Shipped: never change its fields; add UsageRecordedV2 beside it.
@@ -51,6 +48,9 @@ type UsageRecordedV1 struct {
 
 // EventType implements Event.
 func (UsageRecordedV1) EventType() string { return TypeUsageRecordedV1 }
+
+// Subject implements Event.
+func (u UsageRecordedV1) Subject() string { return Subject(TypeUsageRecordedV1, u.Tenant) }
 
 // Validate implements Event; it never mutates.
 func (u UsageRecordedV1) Validate() error {
@@ -91,12 +91,6 @@ func (u UsageRecordedV1) Validate() error {
 	return errors.Join(errs...)
 }
 
-// UsageSubject returns the subject of a tenant's usage events.
-func UsageSubject(tenant string) string { return fmt.Sprintf(UsageRecordedT, Token(tenant)) }
-
-// TypeUsageRecordedV2 is the type name of UsageRecordedV2.
-const TypeUsageRecordedV2 = "aiforge.usage.recorded.v2"
-
 // Reservation is budget money the edge set aside at admission, to be
 // released when the request's usage is settled. Key names the budget entry
 // (see pkg/spend); NanoUSD is the amount in 1e-9 USD.
@@ -117,6 +111,9 @@ type UsageRecordedV2 struct {
 // EventType implements Event.
 func (UsageRecordedV2) EventType() string { return TypeUsageRecordedV2 }
 
+// Subject implements Event.
+func (u UsageRecordedV2) Subject() string { return Subject(TypeUsageRecordedV2, u.Tenant) }
+
 // Validate implements Event.
 func (u UsageRecordedV2) Validate() error {
 	errs := []error{u.UsageRecordedV1.Validate()}
@@ -127,9 +124,6 @@ func (u UsageRecordedV2) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// TypeUsageCorrectedV1 is the type name of UsageCorrectedV1.
-const TypeUsageCorrectedV1 = "aiforge.usage.corrected.v1"
 
 // UsageCorrectedV1 is a compensating event: it adds (possibly negative)
 // deltas to the ledger bucket of an earlier request, which is never edited.
@@ -154,6 +148,9 @@ type UsageCorrectedV1 struct {
 // EventType implements Event.
 func (UsageCorrectedV1) EventType() string { return TypeUsageCorrectedV1 }
 
+// Subject implements Event.
+func (c UsageCorrectedV1) Subject() string { return Subject(TypeUsageCorrectedV1, c.Tenant) }
+
 // Validate implements Event.
 func (c UsageCorrectedV1) Validate() error {
 	var errs []error
@@ -174,12 +171,6 @@ func (c UsageCorrectedV1) Validate() error {
 	return errors.Join(errs...)
 }
 
-// UsageCorrectedT carries UsageCorrectedV1 events: Token(tenant).
-const UsageCorrectedT = "aiforge.usage.corrected.v1.%s"
-
-// TypeBudgetAlertV1 is the type name of BudgetAlertV1.
-const TypeBudgetAlertV1 = "aiforge.budget.alert.v1"
-
 // BudgetAlertV1 says a key's or tenant's spend crossed its soft budget; it is
 // published once per budget period.
 type BudgetAlertV1 struct {
@@ -196,6 +187,9 @@ type BudgetAlertV1 struct {
 // EventType implements Event.
 func (BudgetAlertV1) EventType() string { return TypeBudgetAlertV1 }
 
+// Subject implements Event.
+func (a BudgetAlertV1) Subject() string { return Subject(TypeBudgetAlertV1, a.Tenant) }
+
 // Validate implements Event.
 func (a BudgetAlertV1) Validate() error {
 	var errs []error
@@ -207,6 +201,3 @@ func (a BudgetAlertV1) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// BudgetAlertT carries BudgetAlertV1 events: Token(tenant).
-const BudgetAlertT = "aiforge.budget.alert.v1.%s"

@@ -181,7 +181,7 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	env := events.Envelope{ID: ev.PullID, Source: s.cfg.InstanceID}
-	if _, err := events.Publish(r.Context(), s.deps.JS, fmt.Sprintf(events.ModelsPullRequestedT, events.Token(q.Name)), ev, env); err != nil {
+	if _, err := events.Publish(r.Context(), s.deps.JS, ev, env); err != nil {
 		s.log.Error("publish pull request", "pull_id", ev.PullID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The pull could not be requested."))
 		return

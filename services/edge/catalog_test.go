@@ -3,7 +3,6 @@ package edge_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -187,7 +186,7 @@ func TestDeployAndRollback(t *testing.T) {
 
 func TestRequestPull(t *testing.T) {
 	m := startModelEdge(t)
-	sub, err := m.nc.SubscribeSync(fmt.Sprintf(events.ModelsPullRequestedT, events.Token("acme/small")))
+	sub, err := m.nc.SubscribeSync(events.Subject(events.TypeModelPullRequestedV1, "acme/small"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
@@ -21,7 +20,7 @@ func (s *Service) docStatus(ctx context.Context) error {
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream:         events.StreamDocs,
 		Durable:        "edge-docs-status",
-		FilterSubjects: []string{fmt.Sprintf(events.DocsIndexedT, "*"), fmt.Sprintf(events.DocsFailedT, "*")},
+		FilterSubjects: []string{events.DocsIndexedAll, events.DocsFailedAll},
 		Logger:         s.log,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		switch e := ev.(type) {
@@ -45,7 +44,7 @@ func (s *Service) docStatus(ctx context.Context) error {
 	dead, err := events.NewConsumer(s.deps.JS, deadReg, events.ConsumerConfig{
 		Stream:         events.StreamDeadLetter,
 		Durable:        "edge-docs-dead",
-		FilterSubjects: []string{fmt.Sprintf(events.DeadLetterT, events.StreamDocs, "*")},
+		FilterSubjects: []string{events.DeadLetterOf(events.StreamDocs)},
 		Logger:         s.log,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		var ref events.DocRef

@@ -600,7 +600,7 @@ func (s *Service) recordLostUsage(key *registry.Key, endpoint string, p parsed, 
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for attempt := 0; attempt < 5; attempt++ {
-			if _, err := events.Publish(ctx, s.deps.JS, events.UsageSubject(key.Tenant), ev, env); err == nil {
+			if _, err := events.Publish(ctx, s.deps.JS, ev, env); err == nil {
 				return
 			} else if attempt == 4 {
 				s.log.Error("could not record usage of a lost stream", "request_id", reqID, "err", err)

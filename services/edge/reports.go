@@ -45,9 +45,8 @@ func (s *Service) correctUsage(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 		return
 	}
-	subject := fmt.Sprintf(events.UsageCorrectedT, events.Token(c.Tenant))
 	env := events.Envelope{ID: c.CorrectionID, Source: s.cfg.InstanceID, Tenant: c.Tenant}
-	if _, err := events.Publish(r.Context(), s.deps.JS, subject, c, env); err != nil {
+	if _, err := events.Publish(r.Context(), s.deps.JS, c, env); err != nil {
 		s.log.Error("publish correction", "correction_id", c.CorrectionID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The correction could not be recorded."))
 		return
@@ -200,7 +199,7 @@ func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
 	start := from.Add(-ExportLateMargin)
 	cfg.OptStartTime = &start
 	if tenant != "" {
-		cfg.FilterSubjects = []string{events.UsageSubject(tenant), fmt.Sprintf(events.UsageCorrectedT, events.Token(tenant))}
+		cfg.FilterSubjects = []string{events.UsageOfTenant(tenant)}
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {

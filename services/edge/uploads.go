@@ -633,7 +633,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 	// The id is deterministic per session (a repeated complete is a
 	// duplicate) yet differs for a name deleted and uploaded again.
 	env := events.Envelope{ID: fmt.Sprintf("uploaded-%s-v%d-%s", events.Token(sess.Name), sess.Version, sess.ID), Source: s.cfg.InstanceID}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsUploadedT, events.Token(sess.Name)), ev, env); err != nil {
+	if _, err := events.Publish(ctx, s.deps.JS, ev, env); err != nil {
 		s.log.Error("publish model uploaded", "upload_id", sess.ID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The upload could not be announced to the scanner; complete it again."))
 		return

@@ -159,7 +159,7 @@ func (m *modelEdge) sendAll(u upload, files map[string][]byte) {
 
 func (m *modelEdge) uploadedCount(name string) uint64 {
 	m.t.Helper()
-	subj := fmt.Sprintf(events.ModelsUploadedT, events.Token(name))
+	subj := events.Subject(events.TypeModelUploadedV1, name)
 	st, err := m.js.Stream(context.Background(), events.StreamModels)
 	if err != nil {
 		m.t.Fatal(err)
@@ -233,7 +233,7 @@ func TestModelUploadMultipartResume(t *testing.T) {
 
 	// Sending every part (part 2 again) replaces, never duplicates.
 	m.sendAll(u, files)
-	sub, err := m.nc.SubscribeSync(fmt.Sprintf(events.ModelsUploadedT, events.Token(name)))
+	sub, err := m.nc.SubscribeSync(events.Subject(events.TypeModelUploadedV1, name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -490,7 +490,7 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	ev := events.DocIngestRequestedV1{DocRef: ref, ObjectKey: f.ObjectKey,
 		Filename: f.Filename, ContentSHA256: f.SHA256, Chunking: ch, EmbeddingModel: vs.EmbeddingModel, Attributes: attrs, RequestedAt: time.Now().UTC()}
 	env := events.Envelope{ID: ref.EventID("ingest"), Source: s.cfg.InstanceID, Tenant: k.Tenant}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIngestRequestedT, events.Token(k.Tenant)), ev, env); err != nil {
+	if _, err := events.Publish(ctx, s.deps.JS, ev, env); err != nil {
 		rec.Status, rec.LastError = statusFailed, &LastError{Code: "server_error", Message: "The ingest request could not be queued."}
 		_ = kvPut(ctx, s.vsFilesKV, vsFileKey(k.Tenant, vs.ID, f.ID), rec)
 	}
@@ -580,7 +580,7 @@ func (s *Service) removeFile(ctx context.Context, tenant, vsID, fileID string) {
 	_ = s.vsFilesKV.Delete(ctx, vsFileKey(tenant, vsID, fileID))
 	ev := events.DocRemovedV1{DocRef: events.DocRef{Tenant: tenant, StoreID: vsID, FileID: fileID}}
 	env := events.Envelope{ID: "remove-" + vsID + "-" + fileID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Source: s.cfg.InstanceID, Tenant: tenant}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsRemovedT, events.Token(tenant)), ev, env); err != nil {
+	if _, err := events.Publish(ctx, s.deps.JS, ev, env); err != nil {
 		s.log.Error("publish file removal", "vector_store_id", vsID, "file_id", fileID, "err", err)
 	}
 }

@@ -98,7 +98,7 @@ func (s *Service) Run(ctx context.Context) error {
 	backoff := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "embedder", MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff, Logger: s.log,
-		FilterSubjects: []string{fmt.Sprintf(events.DocsChunkedT, "*")},
+		FilterSubjects: []string{events.DocsChunkedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocChunkedV1))
 	})
@@ -156,13 +156,13 @@ func (s *Service) handle(ctx context.Context, in *events.DocChunkedV1) error {
 		return err
 	}
 	out := events.DocEmbeddedV1{DocRef: in.DocRef, VectorsKey: key, Chunks: len(chunks), Dense: dense, ContentSHA256: in.ContentSHA256}
-	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsEmbeddedT, events.Token(in.Tenant)), out,
+	_, err = events.Publish(ctx, s.deps.JS, out,
 		events.Envelope{ID: in.DocRef.EventID("embedded"), Source: "embedder", Tenant: in.Tenant})
 	return err
 }
 
 func (s *Service) fail(ctx context.Context, ref events.DocRef, sha, code, msg string) error {
-	_, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(ref.Tenant)),
+	_, err := events.Publish(ctx, s.deps.JS,
 		events.DocFailedV1{DocRef: ref, Stage: "embed", Code: code, Message: msg},
 		events.Envelope{ID: ref.EventID("failed-embed"), Source: "embedder", Tenant: ref.Tenant})
 	return err

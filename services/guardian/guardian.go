@@ -182,7 +182,7 @@ func (s *Service) Run(ctx context.Context) error {
 	scanner, err := events.NewConsumer(s.deps.JS, scanReg, events.ConsumerConfig{
 		Stream: events.StreamModels, Durable: "guardian-scan", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
 		AckWait: s.cfg.ScanAckWait, MaxAckPending: 16,
-		FilterSubjects: []string{fmt.Sprintf(events.ModelsUploadedT, "*")},
+		FilterSubjects: []string{events.ModelsUploadedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handleUploaded(ctx, ev.(*events.ModelUploadedV1))
 	})
@@ -193,7 +193,7 @@ func (s *Service) Run(ctx context.Context) error {
 	mirror, err := events.NewConsumer(s.deps.JS, mirrorReg, events.ConsumerConfig{
 		Stream: events.StreamModels, Durable: "guardian-mirror", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
 		AckWait: s.cfg.MirrorAckWait, MaxAckPending: 4,
-		FilterSubjects: []string{fmt.Sprintf(events.ModelsPullRequestedT, "*")},
+		FilterSubjects: []string{events.ModelsPullRequestedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handlePull(ctx, ev.(*events.ModelPullRequestedV1))
 	})
@@ -286,7 +286,7 @@ func (s *Service) handleUploaded(ctx context.Context, ev *events.ModelUploadedV1
 	if err := ctx.Err(); err != nil {
 		return err // interrupted, not a verdict: retried
 	}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsVerdictT, events.Token(ev.Name)), verdict,
+	if _, err := events.Publish(ctx, s.deps.JS, verdict,
 		events.Envelope{ID: VerdictID(ev.Name, ev.Version), Source: "guardian"}); err != nil {
 		return fmt.Errorf("guardian: publish verdict: %w", err)
 	}
@@ -300,8 +300,8 @@ func (s *Service) handleUploaded(ctx context.Context, ev *events.ModelUploadedV1
 
 // scanVersion scans the files of ev under prefix and returns the verdict.
 // It is fail-closed: every problem is a reason, and a panic a rejection.
-func (s *Service) scanVersion(ctx context.Context, ev *events.ModelUploadedV1, prefix, kind string) (out events.ModelVerdictV1) {
-	out = events.ModelVerdictV1{Name: ev.Name, Version: ev.Version, Files: ev.Files, ScannedAt: time.Now().UTC(), License: scan.LicenseNeedsReview}
+func (s *Service) scanVersion(ctx context.Context, ev *events.ModelUploadedV1, prefix, kind string) (out events.ModelVerdictV2) {
+	out = events.ModelVerdictV2{ModelVerdictV1: events.ModelVerdictV1{Name: ev.Name, Version: ev.Version, Files: ev.Files, ScannedAt: time.Now().UTC(), License: scan.LicenseNeedsReview}}
 	var reasons []events.ModelReason
 	reject := func(code, file, msg string) {
 		reasons = append(reasons, events.ModelReason{Code: code, File: file, Message: msg})

@@ -156,7 +156,7 @@ func (e *env) upload(t *testing.T, name string, files map[string][]byte, manifes
 
 func (e *env) publish(t *testing.T, ev events.ModelUploadedV1) {
 	t.Helper()
-	if _, err := events.Publish(context.Background(), e.js, fmt.Sprintf(events.ModelsUploadedT, events.Token(ev.Name)), ev,
+	if _, err := events.Publish(context.Background(), e.js, ev,
 		events.Envelope{ID: fmt.Sprintf("test-upload-%s-%d", ev.Name, ev.Version), Source: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,23 +181,23 @@ func (e *env) settled(t *testing.T, name string, n int) catalog.Version {
 }
 
 // verdictEvent reads the verdict published for name.
-func (e *env) verdictEvent(t *testing.T, name string) (events.Envelope, *events.ModelVerdictV1) {
+func (e *env) verdictEvent(t *testing.T, name string) (events.Envelope, *events.ModelVerdictV2) {
 	t.Helper()
 	ctx := context.Background()
 	stream, err := e.js.Stream(ctx, events.StreamModels)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, fmt.Sprintf(events.ModelsVerdictT, events.Token(name)))
+	msg, err := stream.GetLastMsgForSubject(ctx, events.Subject(events.TypeModelVerdictV2, name))
 	if err != nil {
 		t.Fatalf("no verdict event for %s: %v", name, err)
 	}
-	reg := events.NewRegistry(func() events.Event { return &events.ModelVerdictV1{} })
+	reg := events.NewRegistry(func() events.Event { return &events.ModelVerdictV2{} })
 	env, ev, err := reg.Decode(msg.Header, msg.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env, ev.(*events.ModelVerdictV1)
+	return env, ev.(*events.ModelVerdictV2)
 }
 
 func hasReason(v catalog.Version, code, file string) bool {
@@ -233,7 +233,8 @@ func TestScanPublishesGoodShardedModel(t *testing.T) {
 		}
 	}
 	env, verdict := e.verdictEvent(t, "acme/tiny")
-	if env.ID != VerdictID("acme/tiny", 1) || verdict.Status != events.VerdictPublished || verdict.Parameters != 26 || verdict.License != "apache-2.0" {
+	if env.ID != VerdictID("acme/tiny", 1) || verdict.Status != events.VerdictPublished || verdict.Parameters != 26 || verdict.License != "apache-2.0" ||
+		verdict.ChatTemplate != template {
 		t.Fatalf("verdict event %+v %+v", env, verdict)
 	}
 }

@@ -131,7 +131,7 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		Name: req.Name, Version: v.Version, Kind: kindOr(req.Kind), BaseModel: req.BaseModel, Source: source,
 		Prefix: v.Prefix, Files: stored, Manifest: manifest, UploadedAt: time.Now().UTC(),
 	}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsUploadedT, events.Token(req.Name)), up,
+	if _, err := events.Publish(ctx, s.deps.JS, up,
 		events.Envelope{ID: UploadedID(req.Name, v.Version), Source: "guardian"}); err != nil {
 		return fmt.Errorf("guardian: publish upload: %w", err)
 	}
@@ -237,11 +237,11 @@ func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV
 
 // reject publishes a rejected verdict for a pulled version and records it.
 func (s *Service) reject(ctx context.Context, name string, version int, files []catalog.File, r catalog.Reason) error {
-	verdict := events.ModelVerdictV1{
+	verdict := events.ModelVerdictV2{ModelVerdictV1: events.ModelVerdictV1{
 		Name: name, Version: version, Status: events.VerdictRejected, Reasons: []catalog.Reason{r},
 		Files: files, License: "needs-review", ScannedAt: time.Now().UTC(),
-	}
-	if _, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.ModelsVerdictT, events.Token(name)), verdict,
+	}}
+	if _, err := events.Publish(ctx, s.deps.JS, verdict,
 		events.Envelope{ID: VerdictID(name, version), Source: "guardian"}); err != nil {
 		return fmt.Errorf("guardian: publish verdict: %w", err)
 	}

@@ -183,7 +183,7 @@ func startMirror(t *testing.T, f *fakeHub, token string) *env {
 func (e *env) pull(t *testing.T, id, name, repo, revision string) {
 	t.Helper()
 	ev := events.ModelPullRequestedV1{PullID: id, Name: name, Kind: events.ModelKindModel, Repo: repo, Revision: revision, RequestedAt: time.Now().UTC()}
-	if _, err := events.Publish(context.Background(), e.js, fmt.Sprintf(events.ModelsPullRequestedT, events.Token(name)), ev,
+	if _, err := events.Publish(context.Background(), e.js, ev,
 		events.Envelope{ID: "pull-" + id, Source: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func (e *env) handled(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		last, err := stream.GetLastMsgForSubject(ctx, fmt.Sprintf(events.ModelsPullRequestedT, "*"))
+		last, err := stream.GetLastMsgForSubject(ctx, events.ModelsPullRequestedAll)
 		if err != nil {
 			t.Fatal(err)
 		}

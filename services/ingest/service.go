@@ -81,7 +81,7 @@ func (s *Service) Run(ctx context.Context) error {
 	reg := events.NewRegistry(func() events.Event { return &events.DocIngestRequestedV1{} })
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "ingest", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
-		FilterSubjects: []string{fmt.Sprintf(events.DocsIngestRequestedT, "*")},
+		FilterSubjects: []string{events.DocsIngestRequestedAll},
 	}, func(ctx context.Context, env events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocIngestRequestedV1))
 	})
@@ -110,14 +110,14 @@ func (s *Service) handle(ctx context.Context, req *events.DocIngestRequestedV1) 
 	if errors.As(err, &p) {
 		s.log.Info("file failed", "tenant", req.Tenant, "vector_store_id", req.StoreID, "file_id", req.FileID, "err", p.err)
 		f := events.DocFailedV1{DocRef: req.DocRef, Stage: "ingest", Code: p.code, Message: p.err.Error()}
-		_, perr := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(req.Tenant)), f,
+		_, perr := events.Publish(ctx, s.deps.JS, f,
 			events.Envelope{ID: req.DocRef.EventID("failed-ingest"), Source: "ingest", Tenant: req.Tenant})
 		return perr
 	}
 	if err != nil {
 		return err // transient: retried with backoff
 	}
-	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsChunkedT, events.Token(req.Tenant)), *ev,
+	_, err = events.Publish(ctx, s.deps.JS, *ev,
 		events.Envelope{ID: req.DocRef.EventID("chunked"), Source: "ingest", Tenant: req.Tenant})
 	return err
 }

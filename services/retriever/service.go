@@ -82,7 +82,7 @@ func (s *Service) Run(ctx context.Context) error {
 	reg := events.NewRegistry(func() events.Event { return &events.DocEmbeddedV1{} }, func() events.Event { return &events.DocRemovedV1{} })
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "retriever", Logger: s.log,
-		FilterSubjects: []string{fmt.Sprintf(events.DocsEmbeddedT, "*"), fmt.Sprintf(events.DocsRemovedT, "*")},
+		FilterSubjects: []string{events.DocsEmbeddedAll, events.DocsRemovedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		switch e := ev.(type) {
 		case *events.DocEmbeddedV1:
@@ -142,7 +142,7 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 		}
 		return err
 	}
-	_, err = events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsIndexedT, events.Token(e.Tenant)),
+	_, err = events.Publish(ctx, s.deps.JS,
 		events.DocIndexedV1{DocRef: e.DocRef, Chunks: len(chunks), ContentSHA256: e.ContentSHA256},
 		events.Envelope{ID: e.DocRef.EventID("indexed"), Source: "retriever", Tenant: e.Tenant})
 	return err
@@ -172,7 +172,7 @@ func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (attrs 
 }
 
 func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg string) error {
-	_, err := events.Publish(ctx, s.deps.JS, fmt.Sprintf(events.DocsFailedT, events.Token(e.Tenant)),
+	_, err := events.Publish(ctx, s.deps.JS,
 		events.DocFailedV1{DocRef: e.DocRef, Stage: "index", Code: code, Message: msg},
 		events.Envelope{ID: e.DocRef.EventID("failed-index"), Source: "retriever", Tenant: e.Tenant})
 	return err

@@ -84,7 +84,7 @@ func TestBudgetSettlement(t *testing.T) {
 		if err := spend.Reserve(ctx, kv, limits, reserve); err != nil {
 			t.Fatal(err)
 		}
-		pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: events.UsageRecordedV2{UsageRecordedV1: u, Reservations: res}, id: u.RequestID})
+		pubs = append(pubs, pub{ev: events.UsageRecordedV2{UsageRecordedV1: u, Reservations: res}, id: u.RequestID})
 	}
 	// A request admitted just before midnight (its reservations are in
 	// day 0's entries) that started just after: its cost goes to day 1,
@@ -98,10 +98,10 @@ func TestBudgetSettlement(t *testing.T) {
 	}
 	add(keyEntry(k1.ID, day1), h.cost("m1", crossAt, 1000, 0, 500, 1))
 	add(tenantEntry(day1), h.cost("m1", crossAt, 1000, 0, 500, 1))
-	pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: events.UsageRecordedV2{UsageRecordedV1: u, Reservations: res}, id: u.RequestID})
+	pubs = append(pubs, pub{ev: events.UsageRecordedV2{UsageRecordedV1: u, Reservations: res}, id: u.RequestID})
 	// A V1 event costs money in the ledger but is not settled (SettleV1 off).
 	v1 := recorded(h, 1000, "acme", k1.ID, "m1", events.EndpointChatCompletions, day0.Add(time.Hour), 1000, 0, 500, "ok")
-	pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: v1, id: v1.RequestID})
+	pubs = append(pubs, pub{ev: v1, id: v1.RequestID})
 	h.publish(pubs)
 	last := h.lastSeq()
 
@@ -196,7 +196,7 @@ func TestBudgetSettlement(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &a); err != nil {
 			t.Fatal(err)
 		}
-		if m.Subject != fmt.Sprintf(events.BudgetAlertT, "acme") || m.Header.Get(events.HeaderType) != events.TypeBudgetAlertV1 || a.SpentUSD < a.SoftBudgetUSD {
+		if m.Subject != events.Subject(events.TypeBudgetAlertV1, "acme") || m.Header.Get(events.HeaderType) != events.TypeBudgetAlertV1 || a.SpentUSD < a.SoftBudgetUSD {
 			t.Fatalf("alert %s %+v", m.Subject, a)
 		}
 		alerts[a.Scope+"/"+a.ID+"/"+a.PeriodID]++

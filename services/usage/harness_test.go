@@ -106,7 +106,7 @@ func (h *harness) cost(model string, at time.Time, prompt, cached, completion in
 
 // pub is one message to publish.
 type pub struct {
-	subject string
+	subject string // "" means ev.Subject(); else where an older producer put it
 	ev      events.Event
 	id      string // ce-id
 	msgID   string // Nats-Msg-Id; "" means id
@@ -161,7 +161,11 @@ func (h *harness) mixed(n int) []pub {
 		if i%2 == 1 {
 			ev = events.UsageRecordedV2{UsageRecordedV1: u}
 		}
-		out = append(out, pub{subject: events.UsageSubject(tenant), ev: ev, id: u.RequestID})
+		p := pub{ev: ev, id: u.RequestID}
+		if i%4 == 3 {
+			p.subject = u.Subject() // a v2 event where producers put it before v2 had its own subject
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -213,9 +217,12 @@ func (h *harness) publish(pubs []pub) int {
 	for lo := 0; lo < len(pubs); lo += chunk {
 		futs := make([]jetstream.PubAckFuture, 0, chunk)
 		for _, p := range pubs[lo:min(lo+chunk, len(pubs))] {
-			m, err := events.Marshal(p.subject, p.ev, events.Envelope{ID: p.id, Source: "test"})
+			m, err := events.Marshal(p.ev, events.Envelope{ID: p.id, Source: "test"})
 			if err != nil {
 				h.t.Fatal(err)
+			}
+			if p.subject != "" {
+				m.Subject = p.subject
 			}
 			if p.msgID != "" {
 				m.Header.Set(nats.MsgIdHdr, p.msgID)

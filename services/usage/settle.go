@@ -2,7 +2,6 @@ package usage
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -296,8 +295,7 @@ func (st *settler) alert(ctx context.Context, w *entryWork, e spend.Entry) error
 	}
 	a := w.alert
 	a.SpentUSD = spend.NanoToUSD(e.SpentNano)
-	subject := fmt.Sprintf(events.BudgetAlertT, events.Token(a.Tenant))
-	ack, err := events.Publish(ctx, st.js, subject, a, events.Envelope{ID: "alert-" + w.key, Source: st.source, Tenant: a.Tenant, Time: a.At})
+	ack, err := events.Publish(ctx, st.js, a, events.Envelope{ID: "alert-" + w.key, Source: st.source, Tenant: a.Tenant, Time: a.At})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package usage
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -189,11 +188,11 @@ func TestLateEventAndCorrection(t *testing.T) {
 	var pubs []pub
 	for i := range 20 {
 		u := recorded(h, i, "acme", "key_1", "m2", events.EndpointChatCompletions, at.Add(time.Duration(i)*time.Second), 100, 0, 10, "ok")
-		pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: u, id: u.RequestID})
+		pubs = append(pubs, pub{ev: u, id: u.RequestID})
 	}
 	lateAt := at.Add(-time.Hour).Add(17 * time.Second)
 	late := recorded(h, 100, "acme", "key_1", "m2", events.EndpointChatCompletions, lateAt, 1000, 100, 500, "ok")
-	pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: late, id: late.RequestID})
+	pubs = append(pubs, pub{ev: late, id: late.RequestID})
 	h.publish(pubs)
 	waitFolded(t, r.svc, h.lastSeq())
 
@@ -215,7 +214,7 @@ func TestLateEventAndCorrection(t *testing.T) {
 	cor := events.UsageCorrectedV1{CorrectionID: "cor-1", RequestID: late.RequestID, Tenant: "acme", KeyID: "key_1", Model: "m2",
 		Endpoint: events.EndpointChatCompletions, At: lateAt, DeltaPromptTokens: -200, DeltaCompletionTokens: 100, DeltaErrors: 1,
 		Reason: "engine recount"}
-	h.publish([]pub{{subject: fmt.Sprintf(events.UsageCorrectedT, events.Token("acme")), ev: cor, id: cor.CorrectionID}})
+	h.publish([]pub{{ev: cor, id: cor.CorrectionID}})
 	waitFolded(t, r.svc, h.lastSeq())
 	after := h.ledgerDump(from, to, "")
 	if len(after.Data) != 2 || after.Data[1] != before.Data[1] {
@@ -248,7 +247,7 @@ func TestPricesAndDiscounts(t *testing.T) {
 	}
 	var pubs []pub
 	for _, u := range evs {
-		pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: u, id: u.RequestID})
+		pubs = append(pubs, pub{ev: u, id: u.RequestID})
 	}
 	h.publish(pubs)
 	waitFolded(t, r.svc, h.lastSeq())
@@ -350,7 +349,7 @@ func TestAuditOfAnEmptyWindow(t *testing.T) {
 	d := h.ledgerDump(h.base, h.base.Add(48*time.Hour), "beta")
 	var scoped []pub
 	for _, p := range pubs {
-		if p.subject == events.UsageSubject("beta") {
+		if p.ev.Subject() == events.Subject(p.ev.EventType(), "beta") {
 			scoped = append(scoped, p)
 		}
 	}
@@ -382,7 +381,7 @@ func TestAdapterBilledAtBasePrice(t *testing.T) {
 	var pubs []pub
 	for i, m := range []string{"m1", "m1-support", "m1-priced"} {
 		u := recorded(h, i+1, "acme", "k", m, events.EndpointChatCompletions, T, 1000, 0, 300, "ok")
-		pubs = append(pubs, pub{subject: events.UsageSubject("acme"), ev: u, id: u.RequestID})
+		pubs = append(pubs, pub{ev: u, id: u.RequestID})
 	}
 	h.publish(pubs)
 	waitFolded(t, r.svc, h.lastSeq())

@@ -140,10 +140,9 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 func (s *Service) publishUsage(ev events.UsageRecordedV2, env events.Envelope) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	subject := events.UsageSubject(ev.Tenant)
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := events.Publish(ctx, s.deps.JS, subject, ev, env)
+		_, err := events.Publish(ctx, s.deps.JS, ev, env)
 		if err == nil {
 			return
 		}
