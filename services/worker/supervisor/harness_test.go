@@ -148,7 +148,7 @@ func (h *harness) usageEvent(tenant string) (events.UsageRecordedV1, *jetstream.
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	subj := events.UsageSubject(tenant)
+	subj := events.Subject(events.TypeUsageRecordedV2, tenant)
 	var msg *jetstream.RawStreamMsg
 	eventually(h.t, 10*time.Second, "usage event on "+subj, func() bool {
 		m, err := stream.GetLastMsgForSubject(ctx, subj)
