@@ -1,14 +1,17 @@
-// Package index stores document chunks for retrieval and searches them by dense vectors (cosine), by sparse
-// lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank Fusion of the two candidate lists).
+// Package index is the retriever's chunk index contract: the Index interface, the chunk, query, filter and hit
+// types, their validation (PrepareChunks, PrepareQuery) and the scoring every implementation shares. Chunks are
+// searched by dense vectors (cosine), by sparse lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank
+// Fusion of the two candidate lists).
 //
-// One interface, two implementations:
+// Two implementations, both passing the contract suite in package indextest:
 //
-//   - Embedded (OpenEmbedded): an in-process index persisted in a directory (write-ahead log plus snapshots),
-//     with a hand-written HNSW graph per tenant for dense search and a per-tenant inverted index for BM25.
-//     It is the default of the all-in-one process.
-//   - Qdrant (NewQdrant): the production backend, one collection with named dense and sparse vectors.
-//
-// Both pass the shared contract suite in package indextest.
+//   - index/embedded (embedded.Open): in process, persisted in a directory (write-ahead log plus snapshots),
+//     with a hand-written HNSW graph per tenant (index/embedded/hnsw) and a per-tenant inverted index for BM25.
+//     The default. The directory is locked by the process that opens it, so exactly one retriever replica
+//     serves an embedded index.
+//   - index/qdrant (qdrant.New): one Qdrant collection with named dense and sparse vectors. Retrievers keep no
+//     state of their own (BM25 statistics are derived from the collection), so any number of replicas can share
+//     one collection.
 //
 // Tenant isolation is absolute: chunks are keyed by (tenant, chunk id), every search is confined to one tenant,
 // and keyword statistics (document count, document frequencies, average length) are kept per tenant, so the

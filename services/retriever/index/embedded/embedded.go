@@ -1,3 +1,9 @@
+// Package embedded is the in-process implementation of index.Index: per-tenant HNSW graphs for dense search,
+// per-tenant inverted indexes for BM25, attribute filters inside every candidate search, persisted in one
+// directory as a write-ahead log plus snapshots.
+//
+// The directory is flock'd by the process that opens it: one retriever replica owns an embedded index. To run
+// several retrievers, use the Qdrant adapter (package index/qdrant) instead.
 package embedded
 
 import (

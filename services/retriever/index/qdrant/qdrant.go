@@ -1,3 +1,8 @@
+// Package qdrant implements index.Index on one Qdrant collection (github.com/qdrant/go-client over gRPC), with
+// named dense and sparse vectors and per-tenant BM25 computed by the adapter.
+//
+// The adapter keeps no state that the collection does not hold (its BM25 statistics are derived from the
+// points and refreshed every Config.StatsRefresh), so any number of retriever replicas can share a collection.
 package qdrant
 
 import (
