@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +13,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/pkg/enginesim"
+	"github.com/aiforge/aiforge/services/retriever/index/qdrantfake"
 )
 
 const guide = `# Device guide
@@ -42,8 +47,39 @@ and erases the password and every setting you made.
 // paraphrased question, with the heading path; with an embedding model the
 // store gets dense vectors from the workers too.
 func TestDocumentsToSearch(t *testing.T) {
+	documentsToSearch(t, stackOpts{})
+}
+
+// TestDocumentsToSearchOnQdrant runs the same flow with the retriever on the
+// Qdrant adapter (--vector-index qdrant), against the protocol-level fake
+// served in-process: the chunks are upserted into and searched in the
+// collection, and no embedded index is opened.
+func TestDocumentsToSearchOnQdrant(t *testing.T) {
+	srv, err := qdrantfake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	dataDir := t.TempDir()
+	documentsToSearch(t, stackOpts{dataDir: dataDir, mutate: func(o *app.Options) {
+		o.Retriever = app.RetrieverOptions{Index: app.IndexQdrant, QdrantURL: "http://" + srv.Addr}
+		o.Retriever.Qdrant.Dim = 16 // the simulator's embedding size
+	}})
+	calls := map[string]int{}
+	for _, r := range srv.Requests() {
+		calls[r.Method]++
+	}
+	if calls["Points/Upsert"] == 0 || calls["Points/Query"] == 0 || calls["Points/Delete"] == 0 {
+		t.Fatalf("the retriever did not index, search and delete in Qdrant: calls %v", calls)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "index")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an embedded index was opened as well: %v", err)
+	}
+}
+
+func documentsToSearch(t *testing.T, o stackOpts) {
 	_, base := sim(t, enginesim.Config{Models: []string{"embed-up"}, EmbeddingDims: 16})
-	s := startStack(t, stackOpts{})
+	s := startStack(t, o)
 	key, _ := s.tenantKey("acme")
 	other, _ := s.tenantKey("globex")
 	s.register("embedder", base, "embed-up")

@@ -26,6 +26,7 @@ type serveFlags struct {
 	retention  time.Duration
 	hubURL     string
 	hubHosts   []string
+	index      vectorIndexFlags
 }
 
 func (f *serveFlags) add(c *cobra.Command, embedded bool) {
@@ -35,6 +36,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
+	f.index.add(c)
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store, the admin key, objects and served model files (made absolute at start)")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars")
@@ -73,6 +75,9 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		return app.Options{}, err
 	}
 	o.S3 = s3
+	if o.Retriever, err = f.index.options(); err != nil {
+		return app.Options{}, err
+	}
 	o.Guardian.HubURL = f.hubURL
 	o.Guardian.HubRedirectHosts = f.hubHosts
 	// The hub token comes from the environment only, never a flag (flags

@@ -38,6 +38,8 @@ import (
 	"github.com/aiforge/aiforge/services/ingest"
 	"github.com/aiforge/aiforge/services/retriever"
 	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded"
+	"github.com/aiforge/aiforge/services/retriever/index/qdrant"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 	"github.com/aiforge/aiforge/services/worker/supervisor"
@@ -73,11 +75,35 @@ type Options struct {
 	// Guardian configures the model scanner and hub mirror (its HubToken
 	// comes from the environment only).
 	Guardian guardian.Config
+	// Retriever chooses the retriever's vector index.
+	Retriever RetrieverOptions
 	// Edge and WorkerDefaults tune the services.
 	Edge           edge.Config
 	WorkerDefaults worker.Config
 
 	Logger *slog.Logger
+}
+
+// Vector indexes the retriever can use.
+const (
+	// IndexEmbedded keeps the index in DataDir/index, inside the retriever. The directory is locked: exactly one
+	// retriever replica serves it.
+	IndexEmbedded = "embedded"
+	// IndexQdrant keeps the index in a Qdrant collection. Retrievers are then stateless: run as many replicas as
+	// the load needs, queries are shared through the queue group and indexing through the durable consumer.
+	IndexQdrant = "qdrant"
+)
+
+// RetrieverOptions choose and configure the retriever's vector index.
+type RetrieverOptions struct {
+	// Index is IndexEmbedded (default) or IndexQdrant.
+	Index string
+	// QdrantURL is Qdrant's gRPC endpoint (see qdrant.ParseURL: host:port, http://, https:// for TLS; port 6334
+	// by default). Required with IndexQdrant.
+	QdrantURL string
+	// Qdrant tunes the adapter: Collection, Dim (the embedding models' dimension, needed to create the
+	// collection), APIKey, timeouts. Addr and TLS come from QdrantURL.
+	Qdrant qdrant.Config
 }
 
 // module is one runnable component.
@@ -555,10 +581,7 @@ func (a *App) buildRetriever() (func(context.Context) error, func() bool, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.opts.DataDir == "" {
-		return nil, nil, errors.New("the retriever's embedded index needs a data dir")
-	}
-	idx, err := index.OpenEmbedded(index.EmbeddedConfig{Dir: filepath.Join(a.opts.DataDir, "index"), Logger: a.log})
+	idx, err := a.openIndex()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -571,6 +594,40 @@ func (a *App) buildRetriever() (func(context.Context) error, func() bool, error)
 		defer func() { _ = idx.Close() }()
 		return s.Run(ctx)
 	}, nil, nil
+}
+
+// openIndex opens the vector index chosen by Options.Retriever; a Qdrant that cannot be reached fails the start.
+func (a *App) openIndex() (index.Index, error) {
+	o := a.opts.Retriever
+	switch o.Index {
+	case "", IndexEmbedded:
+		if a.opts.DataDir == "" {
+			return nil, errors.New("the embedded vector index needs a data dir (or choose --vector-index qdrant)")
+		}
+		return embedded.Open(embedded.Config{Dir: filepath.Join(a.opts.DataDir, "index"), Logger: a.log})
+	case IndexQdrant:
+		if o.QdrantURL == "" {
+			return nil, errors.New("--vector-index qdrant needs the address of Qdrant's gRPC API: --qdrant-url (or AIFORGE_QDRANT_URL), e.g. http://qdrant:6334")
+		}
+		cfg := o.Qdrant
+		addr, useTLS, err := qdrant.ParseURL(o.QdrantURL)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Addr, cfg.TLS = addr, useTLS || cfg.TLS
+		if cfg.StatsRefresh == 0 {
+			// Other replicas write to the same collection: pick up their BM25 statistics.
+			cfg.StatsRefresh = time.Minute
+		}
+		if cfg.Logger == nil {
+			cfg.Logger = a.log
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		return qdrant.New(ctx, cfg)
+	default:
+		return nil, fmt.Errorf("unknown vector index %q (want %s or %s)", o.Index, IndexEmbedded, IndexQdrant)
+	}
 }
 
 func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) {

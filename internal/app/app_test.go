@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded"
+	"github.com/aiforge/aiforge/services/retriever/index/qdrant"
+	"github.com/aiforge/aiforge/services/retriever/index/qdrantfake"
 )
 
 func TestOrderPutsDependenciesFirstAndEdgeLast(t *testing.T) {
@@ -118,5 +124,67 @@ func TestBusyPortIsNamedOnce(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.HasPrefix(msg, "edge: ") || strings.HasPrefix(msg, "edge: edge:") || !strings.Contains(msg, "address already in use") {
 		t.Fatalf("error %q: want the edge named once and the cause", msg)
+	}
+}
+
+func TestOpenIndexChoosesTheVectorIndex(t *testing.T) {
+	ctx := context.Background()
+	open := func(o RetrieverOptions, dataDir string) (index.Index, error) {
+		a := &App{opts: Options{DataDir: dataDir, Retriever: o}, log: slog.New(slog.DiscardHandler)}
+		return a.openIndex()
+	}
+	for name, tc := range map[string]struct {
+		o       RetrieverOptions
+		dataDir string
+		want    string
+	}{
+		"qdrant without url": {RetrieverOptions{Index: IndexQdrant}, "", "--qdrant-url"},
+		"unknown index":      {RetrieverOptions{Index: "pinecone"}, "", `unknown vector index "pinecone"`},
+		"embedded, no dir":   {RetrieverOptions{}, "", "needs a data dir"},
+		"rest port":          {RetrieverOptions{Index: IndexQdrant, QdrantURL: "http://qdrant:6333"}, "", "REST port"},
+		"unreachable": {RetrieverOptions{Index: IndexQdrant, QdrantURL: "127.0.0.1:1",
+			Qdrant: qdrant.Config{Dim: 8, Timeout: 2 * time.Second}}, "", "cannot reach Qdrant"},
+	} {
+		if idx, err := open(tc.o, tc.dataDir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if idx != nil {
+				idx.Close()
+			}
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+
+	dir := t.TempDir()
+	idx, err := open(RetrieverOptions{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := idx.(*embedded.Index); !ok {
+		t.Fatalf("default index is %T, want the embedded one", idx)
+	}
+	idx.Close()
+
+	srv, err := qdrantfake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	idx, err = open(RetrieverOptions{Index: IndexQdrant, QdrantURL: "http://" + srv.Addr, Qdrant: qdrant.Config{Dim: 4}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	if _, ok := idx.(*qdrant.Index); !ok {
+		t.Fatalf("index is %T, want the Qdrant adapter", idx)
+	}
+	c := index.Chunk{ID: "c1", Tenant: "t", StoreID: "s", FileID: "f", Text: "hello", Dense: []float32{1, 0, 0, 0}}
+	if err := idx.Upsert(ctx, []index.Chunk{c}); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := idx.Search(ctx, index.Query{Tenant: "t", Dense: []float32{1, 0, 0, 0}, Mode: index.ModeDense})
+	if err != nil || len(hits) != 1 || hits[0].Chunk.ID != "c1" {
+		t.Fatalf("search through the Qdrant adapter: %v %+v", err, hits)
+	}
+	if srv.Points("aiforge_chunks") != 1 {
+		t.Fatalf("%d points in the default collection, want 1", srv.Points("aiforge_chunks"))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/aiforge/aiforge/services/ingest/chunk"
 	"github.com/aiforge/aiforge/services/ingest/extract"
 	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded"
 )
 
 // Query is one evaluation question with its relevant passages, each named
@@ -140,7 +141,7 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	idx, err := index.OpenEmbedded(index.EmbeddedConfig{Dir: dir})
+	idx, err := embedded.Open(embedded.Config{Dir: dir})
 	if err != nil {
 		return nil, err
 	}

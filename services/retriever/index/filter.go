@@ -67,10 +67,10 @@ func (f Filter) normalize(depth int) (Filter, error) {
 func (f Filter) normalizeRec(depth int, nodes *int) (Filter, error) {
 	*nodes++
 	if *nodes > maxFilterNodes {
-		return Filter{}, invalidf("filter has more than %d nodes", maxFilterNodes)
+		return Filter{}, Invalidf("filter has more than %d nodes", maxFilterNodes)
 	}
 	if depth > maxFilterDepth {
-		return Filter{}, invalidf("filter nested deeper than %d", maxFilterDepth)
+		return Filter{}, Invalidf("filter nested deeper than %d", maxFilterDepth)
 	}
 	switch {
 	case isComparison(f.Type):
@@ -79,7 +79,7 @@ func (f Filter) normalizeRec(depth int, nodes *int) (Filter, error) {
 			errs = append(errs, fmt.Errorf("%s filter: %w", f.Type, err))
 		}
 		if len(f.Filters) > 0 {
-			errs = append(errs, invalidf("%s filter on %q must not have sub-filters", f.Type, f.Key))
+			errs = append(errs, Invalidf("%s filter on %q must not have sub-filters", f.Type, f.Key))
 		}
 		out := Filter{Type: f.Type, Key: f.Key}
 		switch f.Type {
@@ -93,7 +93,7 @@ func (f Filter) normalizeRec(depth int, nodes *int) (Filter, error) {
 			v, err := normalizeScalar(f.Value)
 			if err == nil {
 				if _, ok := v.(float64); !ok {
-					err = invalidf("value must be a number, got %T", f.Value)
+					err = Invalidf("value must be a number, got %T", f.Value)
 				}
 			}
 			if err != nil {
@@ -114,10 +114,10 @@ func (f Filter) normalizeRec(depth int, nodes *int) (Filter, error) {
 	case f.Type == FilterAnd || f.Type == FilterOr:
 		var errs []error
 		if f.Key != "" || f.Value != nil {
-			errs = append(errs, invalidf("%s filter must not have a key or value", f.Type))
+			errs = append(errs, Invalidf("%s filter must not have a key or value", f.Type))
 		}
 		if len(f.Filters) == 0 {
-			errs = append(errs, invalidf("%s filter needs at least one sub-filter", f.Type))
+			errs = append(errs, Invalidf("%s filter needs at least one sub-filter", f.Type))
 		}
 		out := Filter{Type: f.Type, Filters: make([]Filter, 0, len(f.Filters))}
 		for i, sub := range f.Filters {
@@ -133,25 +133,25 @@ func (f Filter) normalizeRec(depth int, nodes *int) (Filter, error) {
 		}
 		return out, nil
 	case f.Type == "":
-		return Filter{}, invalidf("filter type is required")
+		return Filter{}, Invalidf("filter type is required")
 	default:
-		return Filter{}, invalidf("unknown filter type %q", f.Type)
+		return Filter{}, Invalidf("unknown filter type %q", f.Type)
 	}
 }
 
 func normalizeList(v any) ([]any, error) {
 	if v == nil {
-		return nil, invalidf("value must be a non-empty list")
+		return nil, Invalidf("value must be a non-empty list")
 	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Slice && rv.Kind() != reflect.Array {
-		return nil, invalidf("value must be a list, got %T", v)
+		return nil, Invalidf("value must be a list, got %T", v)
 	}
 	if rv.Len() == 0 {
-		return nil, invalidf("value must be a non-empty list")
+		return nil, Invalidf("value must be a non-empty list")
 	}
 	if rv.Len() > maxFilterNodes {
-		return nil, invalidf("list longer than %d", maxFilterNodes)
+		return nil, Invalidf("list longer than %d", maxFilterNodes)
 	}
 	out := make([]any, 0, rv.Len())
 	for i := range rv.Len() {
@@ -164,19 +164,19 @@ func normalizeList(v any) ([]any, error) {
 	return out, nil
 }
 
-// matches evaluates a normalised filter against normalised attributes.
-func (f *Filter) matches(attrs map[string]any) bool {
+// Matches evaluates a normalised filter (one from PreparedQuery) against normalised attributes.
+func (f *Filter) Matches(attrs map[string]any) bool {
 	switch f.Type {
 	case FilterAnd:
 		for i := range f.Filters {
-			if !f.Filters[i].matches(attrs) {
+			if !f.Filters[i].Matches(attrs) {
 				return false
 			}
 		}
 		return true
 	case FilterOr:
 		for i := range f.Filters {
-			if f.Filters[i].matches(attrs) {
+			if f.Filters[i].Matches(attrs) {
 				return true
 			}
 		}

@@ -1,14 +1,17 @@
-// Package index stores document chunks for retrieval and searches them by dense vectors (cosine), by sparse
-// lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank Fusion of the two candidate lists).
+// Package index is the retriever's chunk index contract: the Index interface, the chunk, query, filter and hit
+// types, their validation (PrepareChunks, PrepareQuery) and the scoring every implementation shares. Chunks are
+// searched by dense vectors (cosine), by sparse lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank
+// Fusion of the two candidate lists).
 //
-// One interface, two implementations:
+// Two implementations, both passing the contract suite in package indextest:
 //
-//   - Embedded (OpenEmbedded): an in-process index persisted in a directory (write-ahead log plus snapshots),
-//     with a hand-written HNSW graph per tenant for dense search and a per-tenant inverted index for BM25.
-//     It is the default of the all-in-one process.
-//   - Qdrant (NewQdrant): the production backend, one collection with named dense and sparse vectors.
-//
-// Both pass the shared contract suite in package indextest.
+//   - index/embedded (embedded.Open): in process, persisted in a directory (write-ahead log plus snapshots),
+//     with a hand-written HNSW graph per tenant (index/embedded/hnsw) and a per-tenant inverted index for BM25.
+//     The default. The directory is locked by the process that opens it, so exactly one retriever replica
+//     serves an embedded index.
+//   - index/qdrant (qdrant.New): one Qdrant collection with named dense and sparse vectors. Retrievers keep no
+//     state of their own (BM25 statistics are derived from the collection), so any number of replicas can share
+//     one collection.
 //
 // Tenant isolation is absolute: chunks are keyed by (tenant, chunk id), every search is confined to one tenant,
 // and keyword statistics (document count, document frequencies, average length) are kept per tenant, so the
@@ -137,18 +140,20 @@ func ChunkID(tenant, storeID, fileID string, index int) string {
 	return "chk_" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-func invalidf(format string, args ...any) error {
+// Invalidf returns an error wrapping ErrInvalid.
+func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-func validName(what, s string) error {
+// ValidName checks a tenant, store, file or chunk id: non-empty, at most 512 bytes, valid UTF-8.
+func ValidName(what, s string) error {
 	switch {
 	case s == "":
-		return invalidf("%s is required", what)
+		return Invalidf("%s is required", what)
 	case len(s) > maxNameLen:
-		return invalidf("%s longer than %d bytes", what, maxNameLen)
+		return Invalidf("%s longer than %d bytes", what, maxNameLen)
 	case !utf8.ValidString(s):
-		return invalidf("%s is not valid UTF-8", what)
+		return Invalidf("%s is not valid UTF-8", what)
 	}
 	return nil
 }
@@ -157,17 +162,17 @@ func validName(what, s string) error {
 // characters and no double quote (the Qdrant backend quotes keys in JSON paths).
 func validAttributeKey(k string) error {
 	if k == "" {
-		return invalidf("attribute key is empty")
+		return Invalidf("attribute key is empty")
 	}
 	if !utf8.ValidString(k) {
-		return invalidf("attribute key %q is not valid UTF-8", k)
+		return Invalidf("attribute key %q is not valid UTF-8", k)
 	}
 	if utf8.RuneCountInString(k) > MaxAttributeKey {
-		return invalidf("attribute key %q longer than %d characters", k, MaxAttributeKey)
+		return Invalidf("attribute key %q longer than %d characters", k, MaxAttributeKey)
 	}
 	for _, r := range k {
 		if r < 0x20 || r == 0x7f || r == '"' {
-			return invalidf("attribute key %q contains a control character or a double quote", k)
+			return Invalidf("attribute key %q contains a control character or a double quote", k)
 		}
 	}
 	return nil
@@ -178,17 +183,17 @@ func normalizeScalar(v any) (any, error) {
 	switch x := v.(type) {
 	case string:
 		if !utf8.ValidString(x) {
-			return nil, invalidf("string value is not valid UTF-8")
+			return nil, Invalidf("string value is not valid UTF-8")
 		}
 		if len(x) > MaxAttributeValue {
-			return nil, invalidf("string value longer than %d bytes", MaxAttributeValue)
+			return nil, Invalidf("string value longer than %d bytes", MaxAttributeValue)
 		}
 		return x, nil
 	case bool:
 		return x, nil
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, invalidf("number value is not finite")
+			return nil, Invalidf("number value is not finite")
 		}
 		return x, nil
 	case float32:
@@ -214,9 +219,9 @@ func normalizeScalar(v any) (any, error) {
 	case uint64:
 		return float64(x), nil
 	case nil:
-		return nil, invalidf("value is null")
+		return nil, Invalidf("value is null")
 	default:
-		return nil, invalidf("value of type %T (want string, number or bool)", v)
+		return nil, Invalidf("value of type %T (want string, number or bool)", v)
 	}
 }
 
@@ -228,18 +233,18 @@ func prepareChunk(c Chunk, dim int) (Chunk, error) {
 	for _, f := range []struct{ what, v string }{
 		{"chunk id", c.ID}, {"tenant", c.Tenant}, {"store id", c.StoreID}, {"file id", c.FileID},
 	} {
-		if err := validName(f.what, f.v); err != nil {
+		if err := ValidName(f.what, f.v); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if c.Index < 0 {
-		errs = append(errs, invalidf("chunk index %d is negative", c.Index))
+		errs = append(errs, Invalidf("chunk index %d is negative", c.Index))
 	}
 	if !utf8.ValidString(c.Text) {
-		errs = append(errs, invalidf("text is not valid UTF-8"))
+		errs = append(errs, Invalidf("text is not valid UTF-8"))
 	}
 	if c.Length < 0 {
-		errs = append(errs, invalidf("length %d is negative", c.Length))
+		errs = append(errs, Invalidf("length %d is negative", c.Length))
 	}
 	out := Chunk{
 		ID: c.ID, Tenant: c.Tenant, StoreID: c.StoreID, FileID: c.FileID, Index: c.Index, Text: c.Text,
@@ -250,7 +255,7 @@ func prepareChunk(c Chunk, dim int) (Chunk, error) {
 		if err != nil {
 			errs = append(errs, err)
 		} else if dim > 0 && len(v) != dim {
-			errs = append(errs, invalidf("dense vector has %d dimensions, index has %d", len(v), dim))
+			errs = append(errs, Invalidf("dense vector has %d dimensions, index has %d", len(v), dim))
 		}
 		out.Dense = v
 	}
@@ -259,7 +264,7 @@ func prepareChunk(c Chunk, dim int) (Chunk, error) {
 		var sum int
 		for t, tf := range c.Terms {
 			if t == "" || !utf8.ValidString(t) {
-				errs = append(errs, invalidf("term %q is empty or not valid UTF-8", t))
+				errs = append(errs, Invalidf("term %q is empty or not valid UTF-8", t))
 				continue
 			}
 			if tf == 0 {
@@ -282,13 +287,13 @@ func prepareChunk(c Chunk, dim int) (Chunk, error) {
 		out.HeadingPath = append([]string(nil), c.HeadingPath...)
 		for _, h := range c.HeadingPath {
 			if !utf8.ValidString(h) {
-				errs = append(errs, invalidf("heading path is not valid UTF-8"))
+				errs = append(errs, Invalidf("heading path is not valid UTF-8"))
 				break
 			}
 		}
 	}
 	if len(c.Attributes) > MaxAttributes {
-		errs = append(errs, invalidf("%d attributes (at most %d)", len(c.Attributes), MaxAttributes))
+		errs = append(errs, Invalidf("%d attributes (at most %d)", len(c.Attributes), MaxAttributes))
 	}
 	if len(c.Attributes) > 0 {
 		out.Attributes = make(map[string]any, len(c.Attributes))
@@ -311,8 +316,9 @@ func prepareChunk(c Chunk, dim int) (Chunk, error) {
 	return out, nil
 }
 
-// prepareChunks validates a batch and drops earlier duplicates of the same (tenant, id): the last one wins.
-func prepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
+// PrepareChunks validates a batch for an index of dense dimension dim (0: the batch's first vector decides) and
+// returns the stored forms (see Chunk), dropping earlier duplicates of the same (tenant, id): the last one wins.
+func PrepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
 	out := make([]Chunk, 0, len(chunks))
 	pos := make(map[[2]string]int, len(chunks))
 	var errs []error
@@ -342,42 +348,44 @@ func prepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
 	return out, nil
 }
 
-// preparedQuery is a validated query in the form both implementations execute.
-type preparedQuery struct {
-	Query
-	stores    map[string]bool // nil: every store
-	dense     []float32       // normalised; nil when not used
-	terms     map[string]uint32
-	useDense  bool
-	useSparse bool
-	candLimit int // size of each candidate list
+// PreparedQuery is a validated query in the form every implementation executes.
+type PreparedQuery struct {
+	Query                            // Limit and Mode filled in, Filter normalised
+	Stores         map[string]bool   // StoreIDs as a set; nil: every store
+	UnitDense      []float32         // the query vector normalised; nil when not given
+	PositiveTerms  map[string]uint32 // query terms with a positive frequency
+	UseDense       bool              // the dense ranker takes part
+	UseSparse      bool              // the sparse (BM25) ranker takes part
+	CandidateLimit int               // size of each candidate list (CandidateFactor × Limit for hybrid)
 }
 
-func prepareQuery(q Query, dim int) (preparedQuery, error) {
+// PrepareQuery validates q against an index of dense dimension dim (0: any) and returns it prepared; errors wrap
+// ErrInvalid.
+func PrepareQuery(q Query, dim int) (PreparedQuery, error) {
 	var errs []error
-	if err := validName("tenant", q.Tenant); err != nil {
+	if err := ValidName("tenant", q.Tenant); err != nil {
 		errs = append(errs, err)
 	}
-	p := preparedQuery{Query: q}
+	p := PreparedQuery{Query: q}
 	if p.Limit == 0 {
 		p.Limit = DefaultLimit
 	}
 	if p.Limit < 1 || p.Limit > MaxLimit {
-		errs = append(errs, invalidf("limit %d out of range 1-%d", q.Limit, MaxLimit))
+		errs = append(errs, Invalidf("limit %d out of range 1-%d", q.Limit, MaxLimit))
 	}
 	if p.Mode == "" {
 		p.Mode = ModeHybrid
 	}
 	if math.IsNaN(q.ScoreThreshold) || math.IsInf(q.ScoreThreshold, 0) {
-		errs = append(errs, invalidf("score threshold is not finite"))
+		errs = append(errs, Invalidf("score threshold is not finite"))
 	}
 	if len(q.StoreIDs) > 0 {
-		p.stores = make(map[string]bool, len(q.StoreIDs))
+		p.Stores = make(map[string]bool, len(q.StoreIDs))
 		for _, s := range q.StoreIDs {
-			if err := validName("store id", s); err != nil {
+			if err := ValidName("store id", s); err != nil {
 				errs = append(errs, err)
 			}
-			p.stores[s] = true
+			p.Stores[s] = true
 		}
 	}
 	if q.Dense != nil {
@@ -385,41 +393,41 @@ func prepareQuery(q Query, dim int) (preparedQuery, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("query vector: %w", err))
 		} else if dim > 0 && len(v) != dim {
-			errs = append(errs, invalidf("query vector has %d dimensions, index has %d", len(v), dim))
+			errs = append(errs, Invalidf("query vector has %d dimensions, index has %d", len(v), dim))
 		}
-		p.dense = v
+		p.UnitDense = v
 	}
 	if len(q.Terms) > 0 {
-		p.terms = make(map[string]uint32, len(q.Terms))
+		p.PositiveTerms = make(map[string]uint32, len(q.Terms))
 		for t, tf := range q.Terms {
 			if t == "" {
-				errs = append(errs, invalidf("query term is empty"))
+				errs = append(errs, Invalidf("query term is empty"))
 				continue
 			}
 			if tf > 0 {
-				p.terms[t] = tf
+				p.PositiveTerms[t] = tf
 			}
 		}
 	}
-	hasDense, hasSparse := p.dense != nil, len(p.terms) > 0
+	hasDense, hasSparse := p.UnitDense != nil, len(p.PositiveTerms) > 0
 	switch p.Mode {
 	case ModeHybrid:
-		p.useDense, p.useSparse = hasDense, hasSparse
+		p.UseDense, p.UseSparse = hasDense, hasSparse
 		if !hasDense && !hasSparse {
-			errs = append(errs, invalidf("a hybrid query needs a dense vector, terms or both"))
+			errs = append(errs, Invalidf("a hybrid query needs a dense vector, terms or both"))
 		}
 	case ModeDense:
-		p.useDense = true
+		p.UseDense = true
 		if !hasDense {
-			errs = append(errs, invalidf("a dense query needs a dense vector"))
+			errs = append(errs, Invalidf("a dense query needs a dense vector"))
 		}
 	case ModeSparse:
-		p.useSparse = true
+		p.UseSparse = true
 		if !hasSparse {
-			errs = append(errs, invalidf("a sparse query needs terms"))
+			errs = append(errs, Invalidf("a sparse query needs terms"))
 		}
 	default:
-		errs = append(errs, invalidf("unknown mode %q (want %s, %s or %s)", q.Mode, ModeHybrid, ModeDense, ModeSparse))
+		errs = append(errs, Invalidf("unknown mode %q (want %s, %s or %s)", q.Mode, ModeHybrid, ModeDense, ModeSparse))
 	}
 	if q.Filter != nil {
 		f, err := q.Filter.normalize(0)
@@ -430,37 +438,40 @@ func prepareQuery(q Query, dim int) (preparedQuery, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return preparedQuery{}, err
+		return PreparedQuery{}, err
 	}
-	p.candLimit = p.Limit
+	p.CandidateLimit = p.Limit
 	if p.Mode == ModeHybrid {
-		p.candLimit = CandidateFactor * p.Limit
+		p.CandidateLimit = CandidateFactor * p.Limit
 	}
 	return p, nil
 }
 
-// passes applies the score threshold.
-func (p *preparedQuery) passes(score float64) bool {
+// Passes applies the score threshold.
+func (p *PreparedQuery) Passes(score float64) bool {
 	return p.ScoreThreshold == 0 || score >= p.ScoreThreshold
 }
 
-// fused returns true when hits are scored by RRF.
-func (p *preparedQuery) fused() bool { return p.Mode == ModeHybrid }
+// Fused reports whether hits are scored by RRF.
+func (p *PreparedQuery) Fused() bool { return p.Mode == ModeHybrid }
 
-// lists returns the number of rankers fused by a hybrid query.
-func (p *preparedQuery) lists() int {
+// Filtered reports whether the query restricts stores or attributes.
+func (p *PreparedQuery) Filtered() bool { return p.Stores != nil || p.Filter != nil }
+
+// Lists returns the number of rankers fused by a hybrid query.
+func (p *PreparedQuery) Lists() int {
 	n := 0
-	if p.useDense {
+	if p.UseDense {
 		n++
 	}
-	if p.useSparse {
+	if p.UseSparse {
 		n++
 	}
 	return n
 }
 
-// publicChunk returns a copy of c suitable for a Hit: no vectors, no shared maps or slices.
-func publicChunk(c *Chunk) Chunk {
+// PublicChunk returns a copy of c suitable for a Hit: no vectors, no shared maps or slices.
+func PublicChunk(c *Chunk) Chunk {
 	out := *c
 	out.Dense = nil
 	out.Terms = nil
@@ -481,18 +492,18 @@ func publicChunk(c *Chunk) Chunk {
 
 func normalized(v []float32) ([]float32, error) {
 	if len(v) == 0 {
-		return nil, invalidf("dense vector is empty")
+		return nil, Invalidf("dense vector is empty")
 	}
 	var s float64
 	for _, x := range v {
 		f := float64(x)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, invalidf("dense vector has a non-finite component")
+			return nil, Invalidf("dense vector has a non-finite component")
 		}
 		s += f * f
 	}
 	if s == 0 {
-		return nil, invalidf("dense vector is all zeros (cosine undefined)")
+		return nil, Invalidf("dense vector is all zeros (cosine undefined)")
 	}
 	inv := 1 / math.Sqrt(s)
 	out := make([]float32, len(v))

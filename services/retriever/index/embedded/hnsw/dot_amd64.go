@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package index
+package hnsw
 
 import "golang.org/x/sys/cpu"
 
@@ -10,8 +10,8 @@ var hasAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //go:noescape
 func dotAVX2(a, b *float32, n int) float32
 
-// dot returns the inner product of two equally long vectors (unit vectors: the cosine similarity).
-func dot(a, b []float32) float32 {
+// Dot returns the inner product of two equally long vectors (unit vectors: the cosine similarity).
+func Dot(a, b []float32) float32 {
 	if hasAVX2FMA && len(a) > 0 {
 		b = b[:len(a)]
 		return dotAVX2(&a[0], &b[0], len(a))

@@ -1,4 +1,4 @@
-package index
+package qdrant
 
 import "testing"
 
@@ -8,7 +8,8 @@ func TestUUIDv5(t *testing.T) {
 	if got, want := uuidV5(dns, "www.example.com"), "2ed6657d-e927-568b-95e1-2665a8aea6a2"; got != want {
 		t.Fatalf("uuidV5 = %s, want %s", got, want)
 	}
-	if pointID("a", "x") == pointID("b", "x") || pointID("a", "x") != pointID("a", "x") {
+	a, again, b := pointID("a", "x"), pointID("a", "x"), pointID("b", "x")
+	if a == b || a != again {
 		t.Fatal("point ids must be deterministic and tenant-scoped")
 	}
 }

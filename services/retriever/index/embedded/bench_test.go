@@ -1,4 +1,4 @@
-package index
+package embedded
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/aiforge/aiforge/services/retriever/index"
 )
 
 // benchReport is what the dense benchmark measures, all in one run against brute force on the same data.
@@ -50,8 +52,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger) benchReport {
 	ctx := context.Background()
 	dir := tb.TempDir()
-	cfg := EmbeddedConfig{Dir: dir, Seed: 42, Logger: log}
-	e, err := OpenEmbedded(cfg)
+	cfg := Config{Dir: dir, Seed: 42, Logger: log}
+	e, err := Open(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -60,11 +62,11 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 	r := benchReport{n: n, dim: dim, queries: queries}
 	hc := cfg.withDefaults().HNSW
 	r.m, r.efConstruct, r.efSearch = hc.M, hc.EfConstruction, hc.EfSearch
-	var batch []Chunk
+	var batch []index.Chunk
 	start := time.Now()
 	for i := range n {
 		data[i] = gen.next()
-		batch = append(batch, Chunk{
+		batch = append(batch, index.Chunk{
 			ID: fmt.Sprintf("c%d", i), Tenant: "bench", StoreID: fmt.Sprintf("s%d", i%10), FileID: fmt.Sprintf("f%d", i/50),
 			Index: i % 50, Text: fmt.Sprintf("chunk %d", i), Dense: data[i],
 			Terms: map[string]uint32{fmt.Sprintf("t%d", i%1000): 1, fmt.Sprintf("u%d", i%37): 2, "all": 1}, Length: 4,
@@ -98,7 +100,7 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 		var lat []time.Duration
 		for i, q := range qs {
 			s := time.Now()
-			hits, err := e.Search(ctx, Query{Tenant: "bench", Dense: q, Mode: ModeDense, Limit: 10, StoreIDs: stores})
+			hits, err := e.Search(ctx, index.Query{Tenant: "bench", Dense: q, Mode: index.ModeDense, Limit: 10, StoreIDs: stores})
 			lat = append(lat, time.Since(s))
 			if err != nil {
 				tb.Fatal(err)
@@ -122,7 +124,7 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 	lat = lat[:0]
 	for i, q := range qs {
 		s := time.Now()
-		if _, err := e.Search(ctx, Query{Tenant: "bench", Dense: q, Limit: 10,
+		if _, err := e.Search(ctx, index.Query{Tenant: "bench", Dense: q, Limit: 10,
 			Terms: map[string]uint32{fmt.Sprintf("t%d", i%1000): 1, "all": 1}}); err != nil {
 			tb.Fatal(err)
 		}
@@ -130,7 +132,7 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 	}
 	r.hybridP50, r.hybridP99 = percentile(lat, 0.5), percentile(lat, 0.99)
 
-	before, _ := e.Search(ctx, Query{Tenant: "bench", Dense: qs[0], Mode: ModeDense, Limit: 10})
+	before, _ := e.Search(ctx, index.Query{Tenant: "bench", Dense: qs[0], Mode: index.ModeDense, Limit: 10})
 	s := time.Now()
 	if err := e.Close(); err != nil {
 		tb.Fatal(err)
@@ -145,13 +147,13 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 		return nil
 	})
 	s = time.Now()
-	e, err = OpenEmbedded(cfg)
+	e, err = Open(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	r.reopen = time.Since(s)
 	defer e.Close()
-	after, err := e.Search(ctx, Query{Tenant: "bench", Dense: qs[0], Mode: ModeDense, Limit: 10})
+	after, err := e.Search(ctx, index.Query{Tenant: "bench", Dense: qs[0], Mode: index.ModeDense, Limit: 10})
 	if err != nil || len(after) != len(before) {
 		tb.Fatalf("after reopen: %d hits (%v), want %d", len(after), err, len(before))
 	}
@@ -213,17 +215,17 @@ func TestDenseBenchmark100k(t *testing.T) {
 func BenchmarkDenseSearch100k(b *testing.B) {
 	ctx := context.Background()
 	const n, dim = 100_000, 384
-	e, err := OpenEmbedded(EmbeddedConfig{Dir: b.TempDir(), Seed: 42, Logger: slog.New(slog.DiscardHandler)})
+	e, err := Open(Config{Dir: b.TempDir(), Seed: 42, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer e.Close()
 	gen := newClustered(7, dim, 1000)
 	data := make([][]float32, n)
-	var batch []Chunk
+	var batch []index.Chunk
 	for i := range n {
 		data[i] = gen.next()
-		batch = append(batch, Chunk{ID: fmt.Sprintf("c%d", i), Tenant: "bench", StoreID: "s", FileID: "f", Dense: data[i]})
+		batch = append(batch, index.Chunk{ID: fmt.Sprintf("c%d", i), Tenant: "bench", StoreID: "s", FileID: "f", Dense: data[i]})
 		if len(batch) == 1000 {
 			if err := e.Upsert(ctx, batch); err != nil {
 				b.Fatal(err)
@@ -239,7 +241,7 @@ func BenchmarkDenseSearch100k(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		q := qs[i%len(qs)]
-		hits, err := e.Search(ctx, Query{Tenant: "bench", Dense: q, Mode: ModeDense, Limit: 10})
+		hits, err := e.Search(ctx, index.Query{Tenant: "bench", Dense: q, Mode: index.ModeDense, Limit: 10})
 		if err != nil {
 			b.Fatal(err)
 		}

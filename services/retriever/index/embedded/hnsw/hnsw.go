@@ -1,7 +1,11 @@
-package index
+// Package hnsw is the embedded index's dense graph: Hierarchical Navigable Small World (Malkov & Yashunin,
+// "Efficient and robust approximate nearest neighbor search using Hierarchical Navigable Small World graphs",
+// 2016) over unit vectors, with tombstones, vacuum, filtered search and an AVX2 inner product.
+package hnsw
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -10,15 +14,15 @@ import (
 	"sync/atomic"
 )
 
-// HNSWConfig tunes the dense graph (Malkov & Yashunin, "Efficient and robust approximate nearest neighbor search
-// using Hierarchical Navigable Small World graphs", 2016).
-type HNSWConfig struct {
+// Config tunes a graph.
+type Config struct {
 	M              int // links per node on the upper layers (layer 0 keeps 2M); default 16
 	EfConstruction int // candidate list size while inserting; default 200
 	EfSearch       int // candidate list size while searching (at least the number of results asked); default 128
 }
 
-func (c HNSWConfig) withDefaults() HNSWConfig {
+// WithDefaults fills in the zero fields.
+func (c Config) WithDefaults() Config {
 	if c.M == 0 {
 		c.M = 16
 	}
@@ -31,16 +35,17 @@ func (c HNSWConfig) withDefaults() HNSWConfig {
 	return c
 }
 
-func (c HNSWConfig) validate() error {
+// Validate reports parameters out of range (call it on WithDefaults).
+func (c Config) Validate() error {
 	var errs []error
 	if c.M < 2 || c.M > 128 {
-		errs = append(errs, invalidf("hnsw M %d out of range 2-128", c.M))
+		errs = append(errs, fmt.Errorf("hnsw M %d out of range 2-128", c.M))
 	}
 	if c.EfConstruction < c.M || c.EfConstruction > 4096 {
-		errs = append(errs, invalidf("hnsw efConstruction %d out of range M-4096", c.EfConstruction))
+		errs = append(errs, fmt.Errorf("hnsw efConstruction %d out of range M-4096", c.EfConstruction))
 	}
 	if c.EfSearch < 1 || c.EfSearch > 4096 {
-		errs = append(errs, invalidf("hnsw efSearch %d out of range 1-4096", c.EfSearch))
+		errs = append(errs, fmt.Errorf("hnsw efSearch %d out of range 1-4096", c.EfSearch))
 	}
 	return errors.Join(errs...)
 }
@@ -62,10 +67,11 @@ type cand struct {
 	id int32
 }
 
-// hnsw is one tenant's graph over unit vectors. Concurrency: searches may run in parallel with each other;
-// mutations (add, remove, vacuum) need exclusive access from the caller, except that add links the nodes of one
-// batch from several goroutines itself (guarded by per-node locks).
-type hnsw struct {
+// Graph is one tenant's graph over unit vectors; each node carries a label (the caller's document number).
+// Concurrency: searches may run in parallel with each other; mutations (Add, Remove, Vacuum, Relabel) need
+// exclusive access from the caller, except that Add links the nodes of one batch from several goroutines itself
+// (guarded by per-node locks).
+type Graph struct {
 	dim, m, m0, efC int
 	ml              float64
 	rng             *rand.Rand
@@ -88,8 +94,9 @@ type hnsw struct {
 	visited sync.Pool
 }
 
-func newHNSW(dim int, cfg HNSWConfig, seed uint64) *hnsw {
-	return &hnsw{
+// New returns an empty graph for vectors of dim dimensions; seed drives the level generator.
+func New(dim int, cfg Config, seed uint64) *Graph {
+	return &Graph{
 		dim: dim, m: cfg.M, m0: 2 * cfg.M, efC: cfg.EfConstruction,
 		ml:    1 / math.Log(float64(cfg.M)),
 		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -97,20 +104,21 @@ func newHNSW(dim int, cfg HNSWConfig, seed uint64) *hnsw {
 	}
 }
 
-func (g *hnsw) nodes() int { return len(g.levels) }
+func (g *Graph) nodes() int { return len(g.levels) }
 
-func (g *hnsw) vec(n int32) []float32 {
+// Vec returns the stored (unit) vector of node n.
+func (g *Graph) Vec(n int32) []float32 {
 	o := int(n) * g.dim
 	return g.vecs[o : o+g.dim : o+g.dim]
 }
 
-func (g *hnsw) randomLevel() int {
+func (g *Graph) randomLevel() int {
 	l := int(-math.Log(1-g.rng.Float64()) * g.ml)
 	return min(l, maxLevel)
 }
 
 // links returns the stored link block of n at layer l (count in [0], links after it).
-func (g *hnsw) block(n int32, l int) []int32 {
+func (g *Graph) block(n int32, l int) []int32 {
 	if l == 0 {
 		o := int(n) * (g.m0 + 1)
 		return g.l0[o : o+g.m0+1 : o+g.m0+1]
@@ -119,12 +127,12 @@ func (g *hnsw) block(n int32, l int) []int32 {
 	return g.up[n][o : o+g.m+1 : o+g.m+1]
 }
 
-func (g *hnsw) linksOf(n int32, l int) []int32 {
+func (g *Graph) linksOf(n int32, l int) []int32 {
 	b := g.block(n, l)
 	return b[1 : 1+b[0]]
 }
 
-func (g *hnsw) setLinks(n int32, l int, ids []cand) {
+func (g *Graph) setLinks(n int32, l int, ids []cand) {
 	b := g.block(n, l)
 	b[0] = int32(len(ids))
 	for i, c := range ids {
@@ -132,7 +140,7 @@ func (g *hnsw) setLinks(n int32, l int, ids []cand) {
 	}
 }
 
-func (g *hnsw) maxLinks(l int) int {
+func (g *Graph) maxLinks(l int) int {
 	if l == 0 {
 		return g.m0
 	}
@@ -140,12 +148,12 @@ func (g *hnsw) maxLinks(l int) int {
 }
 
 // alloc reserves a node for v (exclusive access).
-func (g *hnsw) alloc(v []float32, label uint32, level int) int32 {
+func (g *Graph) alloc(v []float32, label uint32, level int) int32 {
 	var n int32
 	if k := len(g.free); k > 0 {
 		n = g.free[k-1]
 		g.free = g.free[:k-1]
-		copy(g.vec(n), v)
+		copy(g.Vec(n), v)
 		g.levels[n], g.labels[n], g.state[n] = uint8(level), label, nodeLive
 		clear(g.block(n, 0))
 	} else {
@@ -170,9 +178,9 @@ func (g *hnsw) alloc(v []float32, label uint32, level int) int32 {
 	return n
 }
 
-// add inserts a batch of unit vectors and returns their node ids (exclusive access). Linking runs on up to
-// GOMAXPROCS goroutines for large batches.
-func (g *hnsw) add(vs [][]float32, labels []uint32) []int32 {
+// Add inserts a batch of unit vectors with their labels and returns their node ids (exclusive access). Linking
+// runs on up to GOMAXPROCS goroutines for large batches.
+func (g *Graph) Add(vs [][]float32, labels []uint32) []int32 {
 	ids := make([]int32, len(vs))
 	for i, v := range vs {
 		ids[i] = g.alloc(v, labels[i], g.randomLevel())
@@ -202,9 +210,9 @@ func (g *hnsw) add(vs [][]float32, labels []uint32) []int32 {
 }
 
 // link connects node id into the graph.
-func (g *hnsw) link(id int32, locking bool) {
+func (g *Graph) link(id int32, locking bool) {
 	level := int(g.levels[id])
-	q := g.vec(id)
+	q := g.Vec(id)
 	g.entryMu.Lock()
 	ep, top := g.entry, g.maxLevel
 	if ep < 0 {
@@ -219,7 +227,7 @@ func (g *hnsw) link(id int32, locking bool) {
 	vl := g.getVisited()
 	defer g.visited.Put(vl)
 	buf := make([]int32, 0, g.m0)
-	cur := cand{d: 1 - dot(q, g.vec(ep)), id: ep}
+	cur := cand{d: 1 - Dot(q, g.Vec(ep)), id: ep}
 	for l := top; l > level; l-- {
 		cur = g.greedy(q, cur, l, locking, &buf)
 	}
@@ -249,7 +257,7 @@ func (g *hnsw) link(id int32, locking bool) {
 }
 
 // addLink adds the edge n→id at layer l, pruning n's links with the heuristic when full.
-func (g *hnsw) addLink(n, id int32, d float32, l int, locking bool) {
+func (g *Graph) addLink(n, id int32, d float32, l int, locking bool) {
 	if locking {
 		g.locks[n].Lock()
 		defer g.locks[n].Unlock()
@@ -266,14 +274,14 @@ func (g *hnsw) addLink(n, id int32, d float32, l int, locking bool) {
 		b[0]++
 		return
 	}
-	nv := g.vec(n)
+	nv := g.Vec(n)
 	cs := make([]cand, 0, cnt+1)
 	cs = append(cs, cand{d: d, id: id})
 	for _, x := range b[1 : 1+cnt] {
 		if g.state[x] == nodeDead {
 			continue // drop tombstones first
 		}
-		cs = append(cs, cand{d: 1 - dot(nv, g.vec(x)), id: x})
+		cs = append(cs, cand{d: 1 - Dot(nv, g.Vec(x)), id: x})
 	}
 	sortCands(cs)
 	g.setLinks(n, l, g.selectNeighbors(cs, g.maxLinks(l)))
@@ -281,16 +289,16 @@ func (g *hnsw) addLink(n, id int32, d float32, l int, locking bool) {
 
 // selectNeighbors is the HNSW heuristic (algorithm 4 without extension): keep a candidate only when it is closer
 // to the base than to every neighbour already kept. cs must be sorted by distance.
-func (g *hnsw) selectNeighbors(cs []cand, m int) []cand {
+func (g *Graph) selectNeighbors(cs []cand, m int) []cand {
 	if len(cs) <= m {
 		return slices.Clone(cs)
 	}
 	sel := make([]cand, 0, m)
 	for _, c := range cs {
-		cv := g.vec(c.id)
+		cv := g.Vec(c.id)
 		good := true
 		for _, s := range sel {
-			if 1-dot(cv, g.vec(s.id)) < c.d {
+			if 1-Dot(cv, g.Vec(s.id)) < c.d {
 				good = false
 				break
 			}
@@ -305,7 +313,7 @@ func (g *hnsw) selectNeighbors(cs []cand, m int) []cand {
 	return sel
 }
 
-func (g *hnsw) readLinks(n int32, l int, locking bool, buf *[]int32) []int32 {
+func (g *Graph) readLinks(n int32, l int, locking bool, buf *[]int32) []int32 {
 	if !locking {
 		return g.linksOf(n, l)
 	}
@@ -315,11 +323,11 @@ func (g *hnsw) readLinks(n int32, l int, locking bool, buf *[]int32) []int32 {
 	return *buf
 }
 
-func (g *hnsw) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32) cand {
+func (g *Graph) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32) cand {
 	for changed := true; changed; {
 		changed = false
 		for _, n := range g.readLinks(cur.id, l, locking, buf) {
-			if d := 1 - dot(q, g.vec(n)); d < cur.d {
+			if d := 1 - Dot(q, g.Vec(n)); d < cur.d {
 				cur, changed = cand{d: d, id: n}, true
 			}
 		}
@@ -331,7 +339,7 @@ func (g *hnsw) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32) 
 // results, and the search goes on until ef accepted nodes are found or the reachable graph is exhausted (the
 // filtered-search rule of hnswlib). maxVisit > 0 aborts after that many visited nodes (complete = false).
 // Results are sorted by distance.
-func (g *hnsw) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) bool, vl *visitList,
+func (g *Graph) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) bool, vl *visitList,
 	locking bool, maxVisit int, buf *[]int32) (res []cand, complete bool) {
 	vl.reset(g.nodes())
 	vl.visit(ep.id)
@@ -354,7 +362,7 @@ func (g *hnsw) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) b
 			}
 			vl.visit(n)
 			visits++
-			d := 1 - dot(q, g.vec(n))
+			d := 1 - Dot(q, g.Vec(n))
 			if len(results) < ef || d < bound {
 				cands.push(cand{d: d, id: n})
 				if accept(n) {
@@ -373,44 +381,83 @@ func (g *hnsw) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) b
 	return results.sorted(), true
 }
 
-// search returns up to k live nodes nearest to q (unit vector) among those accepted by filter (nil: all).
-// complete is false when maxVisit stopped the search early.
-func (g *hnsw) search(q []float32, k, ef int, filter func(label uint32) bool, maxVisit int) ([]cand, bool) {
+// Result is a search hit: a node's label and its cosine similarity to the query.
+type Result struct {
+	Label uint32
+	Score float64
+}
+
+// Search returns up to k live nodes nearest to q (unit vector), best first, among those whose label filter
+// accepts (nil: all); ef is the candidate list size. complete is false when maxVisit (> 0) visited nodes stopped
+// the search early.
+func (g *Graph) Search(q []float32, k, ef int, filter func(label uint32) bool, maxVisit int) (res []Result, complete bool) {
 	if g.entry < 0 || g.live == 0 {
 		return nil, true
 	}
 	vl := g.getVisited()
 	defer g.visited.Put(vl)
 	var buf []int32
-	cur := cand{d: 1 - dot(q, g.vec(g.entry)), id: g.entry}
+	cur := cand{d: 1 - Dot(q, g.Vec(g.entry)), id: g.entry}
 	for l := g.maxLevel; l > 0; l-- {
 		cur = g.greedy(q, cur, l, false, &buf)
 	}
 	accept := func(n int32) bool {
 		return g.state[n] == nodeLive && (filter == nil || filter(g.labels[n]))
 	}
-	res, complete := g.searchLayer(q, cur, max(ef, k), 0, accept, vl, false, maxVisit, &buf)
-	if len(res) > k {
-		res = res[:k]
+	cs, complete := g.searchLayer(q, cur, max(ef, k), 0, accept, vl, false, maxVisit, &buf)
+	if len(cs) > k {
+		cs = cs[:k]
+	}
+	res = make([]Result, len(cs))
+	for i, c := range cs {
+		res[i] = Result{Label: g.labels[c.id], Score: float64(1 - c.d)}
 	}
 	return res, complete
 }
 
-// remove tombstones node n (exclusive access) and reports whether a vacuum is due.
-func (g *hnsw) remove(n int32) bool {
+// Remove tombstones node n (exclusive access) and reports whether a vacuum is due.
+func (g *Graph) Remove(n int32) bool {
 	if g.state[n] != nodeLive {
 		return false
 	}
 	g.state[n] = nodeDead
 	g.live--
 	g.dead++
+	return g.VacuumDue()
+}
+
+// VacuumDue reports whether tombstones are numerous enough (at least 16, over 20 % of the nodes) for Vacuum.
+func (g *Graph) VacuumDue() bool {
 	return g.dead >= vacuumMinDead && float64(g.dead) > vacuumRatio*float64(g.live+g.dead)
 }
 
-// vacuum removes the tombstones: every live node that links to one gets its links at that layer re-selected
+// Live returns the number of live nodes.
+func (g *Graph) Live() int { return g.live }
+
+// M0 returns the link cap of layer 0 (2M): a search visits about M0 nodes per expanded node.
+func (g *Graph) M0() int { return g.m0 }
+
+// LiveLabel returns the label of node n and whether n is a live node.
+func (g *Graph) LiveLabel(n int32) (uint32, bool) {
+	if n < 0 || int(n) >= g.nodes() || g.state[n] != nodeLive {
+		return 0, false
+	}
+	return g.labels[n], true
+}
+
+// Relabel replaces the label of every live node by remap(label) (exclusive access).
+func (g *Graph) Relabel(remap func(uint32) uint32) {
+	for n := range g.nodes() {
+		if g.state[n] == nodeLive {
+			g.labels[n] = remap(g.labels[n])
+		}
+	}
+}
+
+// Vacuum removes the tombstones: every live node that links to one gets its links at that layer re-selected
 // (heuristic) from its live links and the live nodes the tombstones linked to, then tombstoned nodes are freed
 // for reuse. Exclusive access.
-func (g *hnsw) vacuum() {
+func (g *Graph) Vacuum() {
 	if g.dead == 0 {
 		return
 	}
@@ -468,7 +515,7 @@ func (g *hnsw) vacuum() {
 	}
 }
 
-func (g *hnsw) pickEntry() {
+func (g *Graph) pickEntry() {
 	g.entry, g.maxLevel = -1, 0
 	for i := range g.nodes() {
 		id := int32(i)
@@ -484,7 +531,7 @@ func (g *hnsw) pickEntry() {
 	}
 }
 
-func (g *hnsw) repair(id int32, l int) {
+func (g *Graph) repair(id int32, l int) {
 	links := g.linksOf(id, l)
 	hasDead := false
 	for _, x := range links {
@@ -497,12 +544,12 @@ func (g *hnsw) repair(id int32, l int) {
 		return
 	}
 	seen := map[int32]bool{id: true}
-	v := g.vec(id)
+	v := g.Vec(id)
 	cs := make([]cand, 0, 2*g.maxLinks(l))
 	consider := func(x int32) {
 		if !seen[x] {
 			seen[x] = true
-			cs = append(cs, cand{d: 1 - dot(v, g.vec(x)), id: x})
+			cs = append(cs, cand{d: 1 - Dot(v, g.Vec(x)), id: x})
 		}
 	}
 	for _, x := range links {
@@ -545,7 +592,7 @@ type visitList struct {
 	gen   uint16
 }
 
-func (g *hnsw) getVisited() *visitList {
+func (g *Graph) getVisited() *visitList {
 	if v, ok := g.visited.Get().(*visitList); ok {
 		return v
 	}

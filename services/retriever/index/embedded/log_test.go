@@ -1,4 +1,4 @@
-package index_test
+package embedded_test
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package index
+package hnsw
 
 // dotGeneric returns the inner product of two equally long vectors (unit vectors: the cosine similarity).
 func dotGeneric(a, b []float32) float32 {

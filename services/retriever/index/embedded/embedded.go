@@ -1,4 +1,10 @@
-package index
+// Package embedded is the in-process implementation of index.Index: per-tenant HNSW graphs for dense search,
+// per-tenant inverted indexes for BM25, attribute filters inside every candidate search, persisted in one
+// directory as a write-ahead log plus snapshots.
+//
+// The directory is flock'd by the process that opens it: one retriever replica owns an embedded index. To run
+// several retrievers, use the Qdrant adapter (package index/qdrant) instead.
+package embedded
 
 import (
 	"cmp"
@@ -10,15 +16,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/hnsw"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/internal/codec"
 )
 
-// EmbeddedConfig configures the embedded index.
-type EmbeddedConfig struct {
+// Config configures the embedded index.
+type Config struct {
 	// Dir holds the write-ahead log and the snapshot; created if missing. One process at a time (flock).
 	Dir string
 	// Dim fixes the dense dimension; 0 lets the first stored vector decide (the choice is persisted).
 	Dim  int
-	HNSW HNSWConfig
+	HNSW hnsw.Config
 	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB). Bigger means fewer snapshot pauses
 	// for writers but a longer replay after a crash (replay re-inserts into the graph).
 	SnapshotBytes int64
@@ -30,8 +40,8 @@ type EmbeddedConfig struct {
 	Logger *slog.Logger
 }
 
-func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
-	c.HNSW = c.HNSW.withDefaults()
+func (c Config) withDefaults() Config {
+	c.HNSW = c.HNSW.WithDefaults()
 	if c.SnapshotBytes == 0 {
 		c.SnapshotBytes = 64 << 20
 	}
@@ -45,7 +55,7 @@ func (c EmbeddedConfig) withDefaults() EmbeddedConfig {
 }
 
 // Validate reports configuration errors.
-func (c EmbeddedConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Dir == "" {
 		errs = append(errs, errors.New("embedded index: Dir is required"))
@@ -59,19 +69,19 @@ func (c EmbeddedConfig) Validate() error {
 	if c.ExactSearchMax < 0 {
 		errs = append(errs, fmt.Errorf("embedded index: ExactSearchMax %d is negative", c.ExactSearchMax))
 	}
-	if err := c.HNSW.withDefaults().validate(); err != nil {
+	if err := c.HNSW.WithDefaults().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded index: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// Embedded is the in-process index: per-tenant HNSW graphs (dense), per-tenant inverted indexes (BM25) and
+// Index is the in-process index: per-tenant HNSW graphs (dense), per-tenant inverted indexes (BM25) and
 // attribute filters, persisted in Dir as a write-ahead log plus periodic snapshots.
 //
 // Every mutation is appended to the WAL and fsync'd before it is applied and acknowledged; a crash loses at most
 // the batch being written, and a torn record at the end of the WAL is cut off on the next open.
-type Embedded struct {
-	cfg EmbeddedConfig
+type Index struct {
+	cfg Config
 	log *slog.Logger
 
 	writeMu sync.Mutex // serialises mutations, snapshots and Close
@@ -88,7 +98,7 @@ type Embedded struct {
 	accPool sync.Pool // *accumulator for BM25 scoring
 }
 
-var _ Index = (*Embedded)(nil)
+var _ index.Index = (*Index)(nil)
 
 type tenant struct {
 	docs     []*doc            // by doc number; nil once deleted (numbers are not reused until the next open)
@@ -98,7 +108,7 @@ type tenant struct {
 	totalLen int64
 	termIdx  map[string]int32
 	terms    []termPostings
-	graph    *hnsw
+	graph    *hnsw.Graph
 	deadDocs int // nil entries in docs
 }
 
@@ -108,8 +118,8 @@ type storeDocs struct {
 }
 
 type doc struct {
-	c    Chunk // prepared; Dense nil
-	node int32 // graph node, -1 without a vector
+	c    index.Chunk // prepared; Dense nil
+	node int32       // graph node, -1 without a vector
 }
 
 type posting struct {
@@ -123,8 +133,8 @@ type termPostings struct {
 	stale int   // postings whose document is gone
 }
 
-// OpenEmbedded opens (or creates) the index in cfg.Dir, loading the snapshot and replaying the WAL.
-func OpenEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+// Open opens (or creates) the index in cfg.Dir, loading the snapshot and replaying the WAL.
+func Open(cfg Config) (*Index, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -133,7 +143,7 @@ func OpenEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	e := &Embedded{
+	e := &Index{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "index.embedded", "dir", cfg.Dir),
 		dim:     cfg.Dim,
@@ -146,7 +156,7 @@ func OpenEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	return e, nil
 }
 
-func (e *Embedded) newTenant() *tenant {
+func (e *Index) newTenant() *tenant {
 	return &tenant{
 		byID:    make(map[string]uint32),
 		stores:  make(map[string]*storeDocs),
@@ -154,12 +164,12 @@ func (e *Embedded) newTenant() *tenant {
 	}
 }
 
-func (e *Embedded) newGraph() *hnsw {
-	return newHNSW(e.dim, e.cfg.HNSW, e.rng.Uint64())
+func (e *Index) newGraph() *hnsw.Graph {
+	return hnsw.New(e.dim, e.cfg.HNSW, e.rng.Uint64())
 }
 
 // Upsert implements Index.
-func (e *Embedded) Upsert(ctx context.Context, chunks []Chunk) error {
+func (e *Index) Upsert(ctx context.Context, chunks []index.Chunk) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -171,17 +181,17 @@ func (e *Embedded) Upsert(ctx context.Context, chunks []Chunk) error {
 	if err := e.writable(); err != nil {
 		return err
 	}
-	prepared, err := prepareChunks(chunks, e.currentDim())
+	prepared, err := index.PrepareChunks(chunks, e.currentDim())
 	if err != nil {
 		return err
 	}
-	var enc encoder
-	enc.byte(walUpsert)
-	enc.uvarint(uint64(len(prepared)))
+	var enc codec.Encoder
+	enc.Byte(walUpsert)
+	enc.Uvarint(uint64(len(prepared)))
 	for i := range prepared {
-		enc.chunk(&prepared[i], true)
+		encodeChunk(&enc, &prepared[i], true)
 	}
-	if err := e.appendWAL(enc.buf); err != nil {
+	if err := e.appendWAL(enc.Buf); err != nil {
 		return err
 	}
 	e.applyUpsert(prepared)
@@ -189,22 +199,22 @@ func (e *Embedded) Upsert(ctx context.Context, chunks []Chunk) error {
 }
 
 // DeleteFile implements Index.
-func (e *Embedded) DeleteFile(ctx context.Context, tenantID, storeID, fileID string) error {
+func (e *Index) DeleteFile(ctx context.Context, tenantID, storeID, fileID string) error {
 	return e.delete(ctx, walDeleteFile, tenantID, storeID, fileID)
 }
 
 // DeleteStore implements Index.
-func (e *Embedded) DeleteStore(ctx context.Context, tenantID, storeID string) error {
+func (e *Index) DeleteStore(ctx context.Context, tenantID, storeID string) error {
 	return e.delete(ctx, walDeleteStore, tenantID, storeID, "")
 }
 
-func (e *Embedded) delete(ctx context.Context, op byte, tenantID, storeID, fileID string) error {
+func (e *Index) delete(ctx context.Context, op byte, tenantID, storeID, fileID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	errs := []error{validName("tenant", tenantID), validName("store id", storeID)}
+	errs := []error{index.ValidName("tenant", tenantID), index.ValidName("store id", storeID)}
 	if op == walDeleteFile {
-		errs = append(errs, validName("file id", fileID))
+		errs = append(errs, index.ValidName("file id", fileID))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -220,14 +230,14 @@ func (e *Embedded) delete(ctx context.Context, op byte, tenantID, storeID, fileI
 	if n == 0 {
 		return nil // nothing to log
 	}
-	var enc encoder
-	enc.byte(op)
-	enc.str(tenantID)
-	enc.str(storeID)
+	var enc codec.Encoder
+	enc.Byte(op)
+	enc.Str(tenantID)
+	enc.Str(storeID)
 	if op == walDeleteFile {
-		enc.str(fileID)
+		enc.Str(fileID)
 	}
-	if err := e.appendWAL(enc.buf); err != nil {
+	if err := e.appendWAL(enc.Buf); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -236,7 +246,7 @@ func (e *Embedded) delete(ctx context.Context, op byte, tenantID, storeID, fileI
 	return e.maybeSnapshot()
 }
 
-func (e *Embedded) countMatching(tenantID, storeID, fileID string) int {
+func (e *Index) countMatching(tenantID, storeID, fileID string) int {
 	t := e.tenants[tenantID]
 	if t == nil {
 		return 0
@@ -252,17 +262,17 @@ func (e *Embedded) countMatching(tenantID, storeID, fileID string) int {
 }
 
 // Count implements Index.
-func (e *Embedded) Count(ctx context.Context, tenantID, storeID string) (int, error) {
+func (e *Index) Count(ctx context.Context, tenantID, storeID string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := validName("tenant", tenantID); err != nil {
+	if err := index.ValidName("tenant", tenantID); err != nil {
 		return 0, err
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
-		return 0, ErrClosed
+		return 0, index.ErrClosed
 	}
 	t := e.tenants[tenantID]
 	switch {
@@ -276,15 +286,15 @@ func (e *Embedded) Count(ctx context.Context, tenantID, storeID string) (int, er
 	return t.stores[storeID].count, nil
 }
 
-func (e *Embedded) currentDim() int {
+func (e *Index) currentDim() int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.dim
 }
 
-func (e *Embedded) writable() error {
+func (e *Index) writable() error {
 	if e.wal == nil {
-		return ErrClosed
+		return index.ErrClosed
 	}
 	if e.broken != nil {
 		return fmt.Errorf("embedded index is read-only after a failed write (reopen to recover): %w", e.broken)
@@ -296,7 +306,7 @@ func (e *Embedded) writable() error {
 const applyBatch = 128
 
 // applyUpsert applies prepared chunks, releasing the state lock between sub-batches.
-func (e *Embedded) applyUpsert(chunks []Chunk) {
+func (e *Index) applyUpsert(chunks []index.Chunk) {
 	for start := 0; start < len(chunks); start += applyBatch {
 		part := chunks[start:min(len(chunks), start+applyBatch)]
 		e.mu.Lock()
@@ -308,7 +318,7 @@ func (e *Embedded) applyUpsert(chunks []Chunk) {
 				}
 			}
 		}
-		byTenant := make(map[string][]*Chunk)
+		byTenant := make(map[string][]*index.Chunk)
 		var order []string
 		for i := range part {
 			c := &part[i]
@@ -329,7 +339,7 @@ func (e *Embedded) applyUpsert(chunks []Chunk) {
 	}
 }
 
-func (e *Embedded) upsertTenant(t *tenant, chunks []*Chunk) {
+func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) {
 	vacuum := false
 	for _, c := range chunks {
 		if num, ok := t.byID[c.ID]; ok {
@@ -378,13 +388,13 @@ func (e *Embedded) upsertTenant(t *tenant, chunks []*Chunk) {
 		if t.graph == nil {
 			t.graph = e.newGraph()
 		}
-		ids := t.graph.add(vecs, labels)
+		ids := t.graph.Add(vecs, labels)
 		for i, id := range ids {
 			t.docs[labels[i]].node = id
 		}
 	}
 	if vacuum && t.graph != nil {
-		t.graph.vacuum()
+		t.graph.Vacuum()
 	}
 	t.maybeCompact()
 }
@@ -426,7 +436,7 @@ func (t *tenant) removeDoc(num uint32) bool {
 		}
 	}
 	if d.node >= 0 && t.graph != nil {
-		return t.graph.remove(d.node)
+		return t.graph.Remove(d.node)
 	}
 	return false
 }
@@ -466,17 +476,13 @@ func (t *tenant) maybeCompact() {
 		}
 		tp.post, tp.stale = out, 0
 	}
-	if g := t.graph; g != nil {
-		for n := range g.nodes() {
-			if g.state[n] == nodeLive {
-				g.labels[n] = remap[g.labels[n]]
-			}
-		}
+	if t.graph != nil {
+		t.graph.Relabel(func(num uint32) uint32 { return remap[num] })
 	}
 	t.docs, t.deadDocs = docs, 0
 }
 
-func (e *Embedded) applyDelete(tenantID, storeID, fileID string) {
+func (e *Index) applyDelete(tenantID, storeID, fileID string) {
 	t := e.tenants[tenantID]
 	if t == nil {
 		return
@@ -503,76 +509,74 @@ func (e *Embedded) applyDelete(tenantID, storeID, fileID string) {
 		return
 	}
 	if vacuum && t.graph != nil {
-		t.graph.vacuum()
+		t.graph.Vacuum()
 	}
 	t.maybeCompact()
 }
 
 // Search implements Index.
-func (e *Embedded) Search(ctx context.Context, q Query) ([]Hit, error) {
+func (e *Index) Search(ctx context.Context, q index.Query) ([]index.Hit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
-		return nil, ErrClosed
+		return nil, index.ErrClosed
 	}
-	p, err := prepareQuery(q, e.dim)
+	p, err := index.PrepareQuery(q, e.dim)
 	if err != nil {
 		return nil, err
 	}
 	t := e.tenants[p.Tenant]
 	if t == nil {
-		return []Hit{}, nil
+		return []index.Hit{}, nil
 	}
 	tie := func(a, b uint32) int { return strings.Compare(t.docs[a].c.ID, t.docs[b].c.ID) }
-	var lists [][]ranked[uint32]
-	if p.useDense {
+	var lists [][]index.Ranked[uint32]
+	if p.UseDense {
 		lists = append(lists, e.denseSearch(t, &p, tie))
 	}
-	if p.useSparse {
+	if p.UseSparse {
 		lists = append(lists, e.sparseSearch(t, &p, tie))
 	}
-	var final []ranked[uint32]
-	if p.fused() {
-		final = rrfFuse(lists, p.Limit, tie)
+	var final []index.Ranked[uint32]
+	if p.Fused() {
+		final = index.RRFFuse(lists, p.Limit, tie)
 	} else {
 		final = lists[0]
 		if len(final) > p.Limit {
 			final = final[:p.Limit]
 		}
 	}
-	hits := make([]Hit, 0, len(final))
+	hits := make([]index.Hit, 0, len(final))
 	for _, r := range final {
-		if !p.passes(r.score) {
+		if !p.Passes(r.Score) {
 			continue
 		}
-		hits = append(hits, Hit{Chunk: publicChunk(&t.docs[r.key].c), Score: r.score})
+		hits = append(hits, index.Hit{Chunk: index.PublicChunk(&t.docs[r.Key].c), Score: r.Score})
 	}
 	return hits, nil
 }
 
 // admits is the store and attribute filter of a query.
-func (t *tenant) admits(p *preparedQuery, num uint32) bool {
+func (t *tenant) admits(p *index.PreparedQuery, num uint32) bool {
 	d := t.docs[num]
 	if d == nil {
 		return false
 	}
-	if p.stores != nil && !p.stores[d.c.StoreID] {
+	if p.Stores != nil && !p.Stores[d.c.StoreID] {
 		return false
 	}
-	return p.Filter == nil || p.Filter.matches(d.c.Attributes)
+	return p.Filter == nil || p.Filter.Matches(d.c.Attributes)
 }
-
-func (p *preparedQuery) filtered() bool { return p.stores != nil || p.Filter != nil }
 
 // estimateAdmitted estimates how many live documents a filtered query admits: exactly for a store-only filter,
 // by a deterministic stride sample otherwise.
-func (t *tenant) estimateAdmitted(p *preparedQuery) int {
+func (t *tenant) estimateAdmitted(p *index.PreparedQuery) int {
 	if p.Filter == nil {
 		n := 0
-		for s := range p.stores {
+		for s := range p.Stores {
 			if sd := t.stores[s]; sd != nil {
 				n += sd.count
 			}
@@ -597,18 +601,18 @@ func (t *tenant) estimateAdmitted(p *preparedQuery) int {
 	return (ok*t.live + seen - 1) / seen
 }
 
-func (e *Embedded) denseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32) int) []ranked[uint32] {
+func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uint32) int) []index.Ranked[uint32] {
 	g := t.graph
-	if g == nil || g.live == 0 {
+	if g == nil || g.Live() == 0 {
 		return nil
 	}
-	k := p.candLimit
-	if !p.filtered() {
-		if g.live <= e.cfg.ExactSearchMax {
+	k := p.CandidateLimit
+	if !p.Filtered() {
+		if g.Live() <= e.cfg.ExactSearchMax {
 			return t.exactDense(p, k, false, tie)
 		}
-		res, _ := g.search(p.dense, k, e.cfg.HNSW.EfSearch, nil, 0)
-		return t.fromCands(res)
+		res, _ := g.Search(p.UnitDense, k, e.cfg.HNSW.EfSearch, nil, 0)
+		return fromGraph(res)
 	}
 	est := t.estimateAdmitted(p)
 	if est <= e.cfg.ExactSearchMax {
@@ -617,25 +621,25 @@ func (e *Embedded) denseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32
 	// Filtered graph search: it walks through rejected nodes until it has collected ef admitted ones. The
 	// expected walk grows as 1/selectivity; past the budget the exact scan is cheaper and exact.
 	ef := e.cfg.HNSW.EfSearch
-	sel := float64(est) / float64(g.live)
-	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.m0*max(ef, k)
-	res, complete := g.search(p.dense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
+	sel := float64(est) / float64(g.Live())
+	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.M0()*max(ef, k)
+	res, complete := g.Search(p.UnitDense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
 	if !complete || (len(res) < k && est >= k) {
 		return t.exactDense(p, k, true, tie)
 	}
-	return t.fromCands(res)
+	return fromGraph(res)
 }
 
-func (t *tenant) fromCands(res []cand) []ranked[uint32] {
-	out := make([]ranked[uint32], len(res))
-	for i, c := range res {
-		out[i] = ranked[uint32]{key: t.graph.labels[c.id], score: float64(1 - c.d)}
+func fromGraph(res []hnsw.Result) []index.Ranked[uint32] {
+	out := make([]index.Ranked[uint32], len(res))
+	for i, r := range res {
+		out[i] = index.Ranked[uint32]{Key: r.Label, Score: r.Score}
 	}
 	return out
 }
 
 // exactDense scores every admitted document by brute force.
-func (t *tenant) exactDense(p *preparedQuery, k int, filtered bool, tie func(a, b uint32) int) []ranked[uint32] {
+func (t *tenant) exactDense(p *index.PreparedQuery, k int, filtered bool, tie func(a, b uint32) int) []index.Ranked[uint32] {
 	g := t.graph
 	var top topK
 	top.init(k, tie)
@@ -644,10 +648,10 @@ func (t *tenant) exactDense(p *preparedQuery, k int, filtered bool, tie func(a, 
 		if d == nil || d.node < 0 || (filtered && !t.admits(p, num)) {
 			return
 		}
-		top.offer(num, float64(dot(p.dense, g.vec(d.node))))
+		top.offer(num, float64(hnsw.Dot(p.UnitDense, g.Vec(d.node))))
 	}
-	if p.stores != nil {
-		for s := range p.stores {
+	if p.Stores != nil {
+		for s := range p.Stores {
 			if sd := t.stores[s]; sd != nil {
 				for _, f := range sd.files {
 					for num := range f {
@@ -666,13 +670,13 @@ func (t *tenant) exactDense(p *preparedQuery, k int, filtered bool, tie func(a, 
 
 // sparseSearch scores admitted documents by BM25 with this tenant's statistics (term at a time, into a dense
 // accumulator indexed by document number).
-func (e *Embedded) sparseSearch(t *tenant, p *preparedQuery, tie func(a, b uint32) int) []ranked[uint32] {
+func (e *Index) sparseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uint32) int) []index.Ranked[uint32] {
 	if t.live == 0 {
 		return nil
 	}
 	avg := float64(t.totalLen) / float64(t.live)
-	terms := make([]string, 0, len(p.terms))
-	for term := range p.terms {
+	terms := make([]string, 0, len(p.PositiveTerms))
+	for term := range p.PositiveTerms {
 		terms = append(terms, term)
 	}
 	slices.Sort(terms) // a fixed summation order keeps scores reproducible
@@ -684,7 +688,7 @@ func (e *Embedded) sparseSearch(t *tenant, p *preparedQuery, tie func(a, b uint3
 			continue
 		}
 		tp := &t.terms[idx]
-		w := bm25IDF(tp.df, int64(t.live)) * float64(p.terms[term])
+		w := index.BM25IDF(tp.df, int64(t.live)) * float64(p.PositiveTerms[term])
 		for _, ps := range tp.post {
 			d := t.docs[ps.doc]
 			if d == nil {
@@ -693,15 +697,15 @@ func (e *Embedded) sparseSearch(t *tenant, p *preparedQuery, tie func(a, b uint3
 			if acc.score[ps.doc] == 0 {
 				acc.touched = append(acc.touched, ps.doc)
 			}
-			acc.score[ps.doc] += w * bm25TF(ps.tf, d.c.Length, avg)
+			acc.score[ps.doc] += w * index.BM25TF(ps.tf, d.c.Length, avg)
 		}
 	}
 	var top topK
-	top.init(p.candLimit, tie)
+	top.init(p.CandidateLimit, tie)
 	for _, num := range acc.touched {
 		s := acc.score[num]
 		acc.score[num] = 0
-		if s <= 0 || (p.filtered() && !t.admits(p, num)) {
+		if s <= 0 || (p.Filtered() && !t.admits(p, num)) {
 			continue
 		}
 		top.offer(num, s)
@@ -716,7 +720,7 @@ type accumulator struct {
 	touched []uint32
 }
 
-func (e *Embedded) getAcc(n int) *accumulator {
+func (e *Index) getAcc(n int) *accumulator {
 	a, _ := e.accPool.Get().(*accumulator)
 	if a == nil {
 		a = &accumulator{}
@@ -731,21 +735,21 @@ func (e *Embedded) getAcc(n int) *accumulator {
 type topK struct {
 	k    int
 	tie  func(a, b uint32) int
-	heap []ranked[uint32] // min-heap by (score, reverse tie): the worst at [0]
+	heap []index.Ranked[uint32] // min-heap by (score, reverse tie): the worst at [0]
 }
 
 func (h *topK) init(k int, tie func(a, b uint32) int) { h.k, h.tie = k, tie }
 
 // worse reports whether a ranks below b.
-func (h *topK) worse(a, b ranked[uint32]) bool {
-	if a.score != b.score {
-		return a.score < b.score
+func (h *topK) worse(a, b index.Ranked[uint32]) bool {
+	if a.Score != b.Score {
+		return a.Score < b.Score
 	}
-	return h.tie(a.key, b.key) > 0
+	return h.tie(a.Key, b.Key) > 0
 }
 
 func (h *topK) offer(key uint32, score float64) {
-	c := ranked[uint32]{key: key, score: score}
+	c := index.Ranked[uint32]{Key: key, Score: score}
 	if len(h.heap) == h.k {
 		if !h.worse(h.heap[0], c) {
 			return
@@ -784,19 +788,19 @@ func (h *topK) down(i int) {
 	}
 }
 
-func (h *topK) sorted() []ranked[uint32] {
+func (h *topK) sorted() []index.Ranked[uint32] {
 	out := h.heap
-	slices.SortFunc(out, func(a, b ranked[uint32]) int {
-		if c := cmp.Compare(b.score, a.score); c != 0 {
+	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
 			return c
 		}
-		return h.tie(a.key, b.key)
+		return h.tie(a.Key, b.Key)
 	})
 	return out
 }
 
 // Close snapshots the index (when the WAL holds anything) and releases the directory.
-func (e *Embedded) Close() error {
+func (e *Index) Close() error {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	if e.wal == nil {

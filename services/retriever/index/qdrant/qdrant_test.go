@@ -1,4 +1,4 @@
-package index_test
+package qdrant_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qdrant/go-client/qdrant"
+	qc "github.com/qdrant/go-client/qdrant"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/aiforge/aiforge/services/retriever/index"
 	"github.com/aiforge/aiforge/services/retriever/index/indextest"
+	"github.com/aiforge/aiforge/services/retriever/index/qdrant"
 	"github.com/aiforge/aiforge/services/retriever/index/qdrantfake"
 )
 
@@ -33,16 +34,16 @@ func startFake(t *testing.T) *qdrantfake.Server {
 	return srv
 }
 
-func newQdrant(t *testing.T, addr, collection string) (*index.Qdrant, error) {
+func newQdrant(t *testing.T, addr, collection string) (*qdrant.Index, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return index.NewQdrant(ctx, index.QdrantConfig{
+	return qdrant.New(ctx, qdrant.Config{
 		Addr: addr, Collection: collection, Dim: indextest.Dim, Logger: testLogger(t), UpsertBatch: 16,
 	})
 }
 
-func mustQdrant(t *testing.T, addr, collection string) *index.Qdrant {
+func mustQdrant(t *testing.T, addr, collection string) *qdrant.Index {
 	t.Helper()
 	q, err := newQdrant(t, addr, collection)
 	if err != nil {
@@ -89,7 +90,7 @@ func TestQdrantRealServer(t *testing.T) {
 		t.Fatalf("QDRANT_URL %q: %v", addr, err)
 	}
 	port, _ := strconv.Atoi(portStr)
-	admin, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, SkipCompatibilityCheck: true})
+	admin, err := qc.NewClient(&qc.Config{Host: host, Port: port, SkipCompatibilityCheck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestQdrantRealServer(t *testing.T) {
 	})
 }
 
-func tenantOf(f *qdrant.Filter) string {
+func tenantOf(f *qc.Filter) string {
 	for _, c := range f.GetMust() {
 		if fc := c.GetField(); fc != nil && fc.GetKey() == "tenant" {
 			return fc.GetMatch().GetKeyword()
@@ -117,7 +118,7 @@ func tenantOf(f *qdrant.Filter) string {
 	return ""
 }
 
-func hasField(f *qdrant.Filter, key string) bool {
+func hasField(f *qc.Filter, key string) bool {
 	for _, c := range f.GetMust() {
 		if fc := c.GetField(); fc != nil && fc.GetKey() == key {
 			return true
@@ -169,46 +170,46 @@ func TestQdrantWire(t *testing.T) {
 	reqs := srv.Requests()
 	firstUpsert := -1
 	indexAt := map[string]int{}
-	var upserts []*qdrant.UpsertPoints
-	var queryReqs []*qdrant.QueryPoints
+	var upserts []*qc.UpsertPoints
+	var queryReqs []*qc.QueryPoints
 	for i, r := range reqs {
 		switch m := r.Msg.(type) {
-		case *qdrant.CreateCollection:
+		case *qc.CreateCollection:
 			dense := m.GetVectorsConfig().GetParamsMap().GetMap()["dense"]
-			if dense == nil || dense.GetSize() != indextest.Dim || dense.GetDistance() != qdrant.Distance_Cosine {
+			if dense == nil || dense.GetSize() != indextest.Dim || dense.GetDistance() != qc.Distance_Cosine {
 				t.Errorf("collection without a named cosine dense vector of size %d: %v", indextest.Dim, m.GetVectorsConfig())
 			}
 			if m.GetVectorsConfig().GetParams() != nil {
 				t.Error("collection has an unnamed vector")
 			}
-			if sp := m.GetSparseVectorsConfig().GetMap()["sparse"]; sp == nil || sp.GetModifier() == qdrant.Modifier_Idf {
+			if sp := m.GetSparseVectorsConfig().GetMap()["sparse"]; sp == nil || sp.GetModifier() == qc.Modifier_Idf {
 				t.Errorf("collection sparse vector %v: want named \"sparse\" without the IDF modifier", sp)
 			}
 			if h := m.GetHnswConfig(); h.GetM() != 0 || h.GetPayloadM() == 0 {
 				t.Errorf("hnsw config %v: want per-tenant graphs (m 0, payload_m > 0)", h)
 			}
-		case *qdrant.CreateFieldIndexCollection:
+		case *qc.CreateFieldIndexCollection:
 			indexAt[m.GetFieldName()] = i
 			if m.GetFieldName() == "tenant" {
 				if !m.GetFieldIndexParams().GetKeywordIndexParams().GetIsTenant() {
 					t.Errorf("tenant index without is_tenant: %v", m)
 				}
 			}
-			want := map[string]qdrant.FieldType{"tenant": qdrant.FieldType_FieldTypeKeyword, "store_id": qdrant.FieldType_FieldTypeKeyword,
-				"file_id": qdrant.FieldType_FieldTypeKeyword, "attributes.lang": qdrant.FieldType_FieldTypeKeyword,
-				"attributes.year": qdrant.FieldType_FieldTypeFloat, `attributes."dotted.key"`: qdrant.FieldType_FieldTypeBool}
+			want := map[string]qc.FieldType{"tenant": qc.FieldType_FieldTypeKeyword, "store_id": qc.FieldType_FieldTypeKeyword,
+				"file_id": qc.FieldType_FieldTypeKeyword, "attributes.lang": qc.FieldType_FieldTypeKeyword,
+				"attributes.year": qc.FieldType_FieldTypeFloat, `attributes."dotted.key"`: qc.FieldType_FieldTypeBool}
 			if w, ok := want[m.GetFieldName()]; !ok || m.GetFieldType() != w {
 				t.Errorf("unexpected payload index %q of type %v", m.GetFieldName(), m.GetFieldType())
 			}
 			if !m.GetWait() {
 				t.Errorf("payload index %q created without wait", m.GetFieldName())
 			}
-		case *qdrant.UpsertPoints:
+		case *qc.UpsertPoints:
 			if firstUpsert < 0 {
 				firstUpsert = i
 			}
 			upserts = append(upserts, m)
-		case *qdrant.QueryPoints:
+		case *qc.QueryPoints:
 			queryReqs = append(queryReqs, m)
 		}
 		if f := filterOf(r.Msg); f != nil || isScoped(r.Msg) {
@@ -295,15 +296,15 @@ func idf(n, total float64) float64 {
 }
 
 // filterOf returns the filter of requests that read or delete tenant data.
-func filterOf(m any) *qdrant.Filter {
+func filterOf(m any) *qc.Filter {
 	switch r := m.(type) {
-	case *qdrant.QueryPoints:
+	case *qc.QueryPoints:
 		return r.GetFilter()
-	case *qdrant.CountPoints:
+	case *qc.CountPoints:
 		return r.GetFilter()
-	case *qdrant.DeletePoints:
+	case *qc.DeletePoints:
 		return r.GetPoints().GetFilter()
-	case *qdrant.ScrollPoints:
+	case *qc.ScrollPoints:
 		return r.GetFilter()
 	}
 	return nil
@@ -313,9 +314,9 @@ func filterOf(m any) *qdrant.Filter {
 // is the exception).
 func isScoped(m any) bool {
 	switch r := m.(type) {
-	case *qdrant.QueryPoints, *qdrant.CountPoints, *qdrant.DeletePoints:
+	case *qc.QueryPoints, *qc.CountPoints, *qc.DeletePoints:
 		return true
-	case *qdrant.ScrollPoints:
+	case *qc.ScrollPoints:
 		return r.GetFilter() != nil
 	}
 	return false
@@ -360,21 +361,74 @@ func TestQdrantRejectsMismatchedCollection(t *testing.T) {
 	q := mustQdrant(t, srv.Addr, "chunks")
 	q.Close()
 	ctx := context.Background()
-	_, err := index.NewQdrant(ctx, index.QdrantConfig{Addr: srv.Addr, Collection: "chunks", Dim: indextest.Dim * 2})
+	_, err := qdrant.New(ctx, qdrant.Config{Addr: srv.Addr, Collection: "chunks", Dim: indextest.Dim * 2})
 	if err == nil || !strings.Contains(err.Error(), "size") {
 		t.Fatalf("NewQdrant with another Dim: %v", err)
 	}
-	if _, err := index.NewQdrant(ctx, index.QdrantConfig{Addr: "127.0.0.1:1", Dim: 8, Timeout: 2 * time.Second}); err == nil {
-		t.Fatal("NewQdrant without a server succeeded")
+	_, err = qdrant.New(ctx, qdrant.Config{Addr: "127.0.0.1:1", Dim: 8, Timeout: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach Qdrant") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("NewQdrant without a server: %v, want a cannot reach error naming the address", err)
+	}
+}
+
+// TestQdrantDimZeroAdoptsTheCollection: Dim 0 takes the existing collection's size, and refuses to guess one
+// for a collection it would have to create.
+func TestQdrantDimZeroAdoptsTheCollection(t *testing.T) {
+	srv := startFake(t)
+	ctx := context.Background()
+	_, err := qdrant.New(ctx, qdrant.Config{Addr: srv.Addr, Collection: "fresh"})
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "--qdrant-dim") {
+		t.Fatalf("Dim 0 on a missing collection: %v", err)
+	}
+	mustQdrant(t, srv.Addr, "chunks").Close()
+	q, err := qdrant.New(ctx, qdrant.Config{Addr: srv.Addr, Collection: "chunks", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	v := make([]float32, indextest.Dim)
+	v[0] = 1
+	c := index.Chunk{ID: "c", Tenant: "t", StoreID: "s", FileID: "f", Text: "x", Dense: v}
+	if err := q.Upsert(ctx, []index.Chunk{c}); err != nil {
+		t.Fatalf("upsert at the adopted dimension: %v", err)
+	}
+	c.Dense = append(v, 0)
+	if err := q.Upsert(ctx, []index.Chunk{c}); !errors.Is(err, index.ErrInvalid) {
+		t.Fatalf("upsert of another dimension: %v, want ErrInvalid", err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for raw, want := range map[string]struct {
+		addr string
+		tls  bool
+	}{
+		"localhost:6334":            {"localhost:6334", false},
+		"qdrant":                    {"qdrant:6334", false},
+		"http://qdrant:7000":        {"qdrant:7000", false},
+		"grpc://10.0.0.1":           {"10.0.0.1:6334", false},
+		"https://q.example.com":     {"q.example.com:6334", true},
+		"grpcs://q.example.com:443": {"q.example.com:443", true},
+		"http://[::1]:6334/":        {"[::1]:6334", false},
+	} {
+		addr, tls, err := qdrant.ParseURL(raw)
+		if err != nil || addr != want.addr || tls != want.tls {
+			t.Errorf("ParseURL(%q) = %q, %v, %v; want %q, %v", raw, addr, tls, err, want.addr, want.tls)
+		}
+	}
+	for _, raw := range []string{"", "ftp://qdrant", "http://qdrant:6333", "http://qdrant:6334/collections", "http://u:p@qdrant"} {
+		if addr, _, err := qdrant.ParseURL(raw); err == nil {
+			t.Errorf("ParseURL(%q) = %q, want an error", raw, addr)
+		}
 	}
 }
 
 func TestQdrantConfigValidate(t *testing.T) {
-	for _, c := range []index.QdrantConfig{
+	for _, c := range []qdrant.Config{
 		{},
 		{Addr: "localhost", Dim: 8},
 		{Addr: "localhost:0", Dim: 8},
-		{Addr: "localhost:6334"},
+		{Addr: "localhost:6334", Dim: -1},
 		{Addr: "localhost:6334", Dim: 8, Collection: "bad name"},
 		{Addr: "localhost:6334", Dim: 8, Timeout: -1},
 	} {
@@ -382,7 +436,7 @@ func TestQdrantConfigValidate(t *testing.T) {
 			t.Errorf("%+v: no error", c)
 		}
 	}
-	if err := (index.QdrantConfig{Addr: "qdrant:6334", Dim: 384}).Validate(); err != nil {
+	if err := (qdrant.Config{Addr: "qdrant:6334", Dim: 384}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var err error = index.ErrClosed

@@ -1,4 +1,4 @@
-package index
+package embedded
 
 import (
 	"bufio"
@@ -13,8 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/hnsw"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/internal/codec"
 )
 
 // On-disk layout of an embedded index directory:
@@ -60,13 +63,13 @@ func (w *walWriter) close() error {
 
 // appendWAL writes one record and fsyncs it. On failure the file is cut back to its previous size; when even that
 // fails, the index turns read-only (e.broken) because the tail of the log is unknown.
-func (e *Embedded) appendWAL(payload []byte) error {
+func (e *Index) appendWAL(payload []byte) error {
 	if len(payload) > maxWALRecord {
-		return invalidf("batch encodes to %d bytes (at most %d): split it", len(payload), maxWALRecord)
+		return index.Invalidf("batch encodes to %d bytes (at most %d): split it", len(payload), maxWALRecord)
 	}
 	rec := make([]byte, 8, 8+len(payload))
 	binary.LittleEndian.PutUint32(rec[0:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(payload, codec.Castagnoli))
 	rec = append(rec, payload...)
 	w := e.wal
 	_, err := w.f.Write(rec)
@@ -85,7 +88,7 @@ func (e *Embedded) appendWAL(payload []byte) error {
 	return nil
 }
 
-func (e *Embedded) maybeSnapshot() error {
+func (e *Index) maybeSnapshot() error {
 	if e.wal.size < e.cfg.SnapshotBytes {
 		return nil
 	}
@@ -97,7 +100,7 @@ func (e *Embedded) maybeSnapshot() error {
 }
 
 // snapshot rotates the WAL and writes the state. Caller holds writeMu.
-func (e *Embedded) snapshot() error {
+func (e *Index) snapshot() error {
 	start := time.Now()
 	next := e.wal.gen + 1
 	nw, err := createWAL(e.cfg.Dir, next)
@@ -114,15 +117,15 @@ func (e *Embedded) snapshot() error {
 		return fmt.Errorf("embedded index: snapshot: %w", err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	h := crc32.New(castagnoli)
-	enc := encoder{w: io.MultiWriter(bw, h)}
+	h := crc32.New(codec.Castagnoli)
+	enc := codec.Encoder{W: io.MultiWriter(bw, h)}
 	e.mu.RLock()
 	e.encodeState(&enc, next)
 	e.mu.RUnlock()
-	enc.flush()
+	enc.Flush()
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], h.Sum32())
-	err = enc.err
+	err = enc.Err
 	if err == nil {
 		_, err = bw.Write(sum[:])
 	}
@@ -156,7 +159,8 @@ func createWAL(dir string, gen uint64) (*walWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded index: create write-ahead log: %w", err)
 	}
-	if _, err := f.Write([]byte(walMagic)); err == nil {
+	_, err = f.Write([]byte(walMagic))
+	if err == nil {
 		err = f.Sync()
 	}
 	if err == nil {
@@ -216,7 +220,7 @@ func removeOldWALs(dir string, keepFrom uint64, log interface{ Warn(string, ...a
 }
 
 // open loads the snapshot, replays the WAL and opens the newest WAL for appending.
-func (e *Embedded) open() error {
+func (e *Index) open() error {
 	dir := e.cfg.Dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("embedded index: %w", err)
@@ -233,7 +237,7 @@ func (e *Embedded) open() error {
 	return nil
 }
 
-func (e *Embedded) load() error {
+func (e *Index) load() error {
 	start := time.Now()
 	dir := e.cfg.Dir
 	_ = os.Remove(filepath.Join(dir, snapshotName+".tmp"))
@@ -301,14 +305,14 @@ func (e *Embedded) load() error {
 
 // replayWAL applies the records of one WAL file and returns how many and the size of its valid prefix. In the
 // newest file a torn tail is cut off.
-func (e *Embedded) replayWAL(gen uint64, last bool) (int, int64, error) {
+func (e *Index) replayWAL(gen uint64, last bool) (int, int64, error) {
 	path := filepath.Join(e.cfg.Dir, walName(gen))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("embedded index: %w", err)
 	}
 	bad := func(off int64, why string) (int, int64, error) {
-		return 0, 0, fmt.Errorf("embedded index: %w: %s at offset %d of %s", errCorrupt, why, off, path)
+		return 0, 0, fmt.Errorf("embedded index: %w: %s at offset %d of %s", codec.ErrCorrupt, why, off, path)
 	}
 	if len(data) < int(walHeaderLen) || string(data[:walHeaderLen]) != walMagic {
 		if last && len(data) < int(walHeaderLen) && strings.HasPrefix(walMagic, string(data)) {
@@ -334,7 +338,7 @@ func (e *Embedded) replayWAL(gen uint64, last bool) (int, int64, error) {
 			switch {
 			case size > maxWALRecord || 8+size > int64(len(rest)):
 				torn = "short record"
-			case crc32.Checksum(rest[8:8+size], castagnoli) != sum:
+			case crc32.Checksum(rest[8:8+size], codec.Castagnoli) != sum:
 				torn = "checksum mismatch"
 			default:
 				payload = rest[8 : 8+size]
@@ -360,17 +364,17 @@ func (e *Embedded) replayWAL(gen uint64, last bool) (int, int64, error) {
 	return n, off, nil
 }
 
-func (e *Embedded) applyRecord(payload []byte) error {
-	d := decoder{r: bytes.NewReader(payload)}
-	switch op := d.byte(); op {
+func (e *Index) applyRecord(payload []byte) error {
+	d := codec.Decoder{R: bytes.NewReader(payload)}
+	switch op := d.Byte(); op {
 	case walUpsert:
-		cnt := d.count(1 << 24)
-		chunks := make([]Chunk, 0, cnt)
+		cnt := d.Count(1 << 24)
+		chunks := make([]index.Chunk, 0, cnt)
 		for range cnt {
-			chunks = append(chunks, d.chunk())
+			chunks = append(chunks, decodeChunk(&d))
 		}
-		if d.err != nil {
-			return d.err
+		if d.Err != nil {
+			return d.Err
 		}
 		for i := range chunks {
 			if chunks[i].Dense != nil {
@@ -385,18 +389,18 @@ func (e *Embedded) applyRecord(payload []byte) error {
 		}
 		e.applyUpsert(chunks)
 	case walDeleteFile, walDeleteStore:
-		tenantID, storeID := d.str(), d.str()
+		tenantID, storeID := d.Str(), d.Str()
 		fileID := ""
 		if op == walDeleteFile {
-			fileID = d.str()
+			fileID = d.Str()
 		}
-		if d.err != nil {
-			return d.err
+		if d.Err != nil {
+			return d.Err
 		}
 		e.applyDelete(tenantID, storeID, fileID)
 	default:
-		if d.err != nil {
-			return d.err
+		if d.Err != nil {
+			return d.Err
 		}
 		return fmt.Errorf("unknown record type %d", op)
 	}
@@ -404,98 +408,76 @@ func (e *Embedded) applyRecord(payload []byte) error {
 }
 
 // encodeState writes the snapshot body. Documents are renumbered densely; graph labels follow.
-func (e *Embedded) encodeState(enc *encoder, walGen uint64) {
-	enc.buf = append(enc.buf, snapMagic...)
-	enc.uvarint(snapshotFmtV1)
-	enc.uvarint(walGen)
-	enc.uvarint(uint64(e.dim))
+func (e *Index) encodeState(enc *codec.Encoder, walGen uint64) {
+	enc.Buf = append(enc.Buf, snapMagic...)
+	enc.Uvarint(snapshotFmtV1)
+	enc.Uvarint(walGen)
+	enc.Uvarint(uint64(e.dim))
 	names := make([]string, 0, len(e.tenants))
 	for name := range e.tenants {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	enc.uvarint(uint64(len(names)))
+	enc.Uvarint(uint64(len(names)))
 	for _, name := range names {
 		t := e.tenants[name]
-		enc.str(name)
+		enc.Str(name)
 		remap := make(map[uint32]uint32, t.live)
-		enc.uvarint(uint64(t.live))
+		enc.Uvarint(uint64(t.live))
 		for num, d := range t.docs {
 			if d == nil {
 				continue
 			}
 			remap[uint32(num)] = uint32(len(remap))
-			enc.chunk(&d.c, false)
-			enc.varint(int64(d.node))
-			enc.maybeFlush()
+			encodeChunk(enc, &d.c, false)
+			enc.Varint(int64(d.node))
+			enc.MaybeFlush()
 		}
 		g := t.graph
 		if g == nil {
-			enc.byte(0)
+			enc.Byte(0)
 			continue
 		}
-		enc.byte(1)
-		enc.uvarint(uint64(g.m))
-		enc.uvarint(uint64(g.nodes()))
-		enc.varint(int64(g.entry))
-		enc.uvarint(uint64(g.maxLevel))
-		for i := range g.nodes() {
-			n := int32(i)
-			st := g.state[n]
-			enc.byte(st)
-			if st == nodeFree {
-				continue
-			}
-			enc.byte(g.levels[n])
-			enc.uvarint(uint64(remap[g.labels[n]])) // tombstones' labels are meaningless (0)
-			enc.rawF32s(g.vec(n))
-			for l := 0; l <= int(g.levels[n]); l++ {
-				links := g.linksOf(n, l)
-				enc.uvarint(uint64(len(links)))
-				for _, x := range links {
-					enc.uvarint(uint64(x))
-				}
-			}
-			enc.maybeFlush()
-		}
+		enc.Byte(1)
+		g.Encode(enc, func(num uint32) uint32 { return remap[num] })
 	}
 }
 
-func (e *Embedded) readSnapshot(f *os.File) (walGen uint64, err error) {
+func (e *Index) readSnapshot(f *os.File) (walGen uint64, err error) {
 	st, err := f.Stat()
 	if err != nil {
 		return 0, err
 	}
 	if st.Size() < int64(len(snapMagic))+4 {
-		return 0, fmt.Errorf("%w: snapshot too short", errCorrupt)
+		return 0, fmt.Errorf("%w: snapshot too short", codec.ErrCorrupt)
 	}
 	body := io.LimitReader(f, st.Size()-4)
-	cr := &crcReader{r: bufio.NewReaderSize(body, 1<<20), h: crc32.New(castagnoli)}
-	d := decoder{r: cr}
-	if string(d.bytes(len(snapMagic))) != snapMagic {
-		return 0, fmt.Errorf("%w: not a snapshot", errCorrupt)
+	cr := &codec.CRCReader{R: bufio.NewReaderSize(body, 1<<20), H: crc32.New(codec.Castagnoli)}
+	d := codec.Decoder{R: cr}
+	if string(d.Bytes(len(snapMagic))) != snapMagic {
+		return 0, fmt.Errorf("%w: not a snapshot", codec.ErrCorrupt)
 	}
-	if v := d.uvarint(); d.err == nil && v != snapshotFmtV1 {
+	if v := d.Uvarint(); d.Err == nil && v != snapshotFmtV1 {
 		return 0, fmt.Errorf("snapshot format %d not supported", v)
 	}
-	walGen = d.uvarint()
-	dim := int(d.count(1 << 16))
-	if d.err == nil && e.cfg.Dim > 0 && dim > 0 && dim != e.cfg.Dim {
+	walGen = d.Uvarint()
+	dim := int(d.Count(1 << 16))
+	if d.Err == nil && e.cfg.Dim > 0 && dim > 0 && dim != e.cfg.Dim {
 		return 0, fmt.Errorf("index holds %d-dimensional vectors, configured Dim is %d", dim, e.cfg.Dim)
 	}
 	if dim > 0 {
 		e.dim = dim
 	}
 	tenants := make(map[string]*tenant)
-	nt := d.count(1 << 30)
+	nt := d.Count(1 << 30)
 	for range nt {
-		name := d.str()
+		name := d.Str()
 		t := e.newTenant()
-		nd := d.count(1 << 31)
+		nd := d.Count(1 << 31)
 		for range nd {
-			c := d.chunk()
-			node := int32(d.varint())
-			if d.err != nil {
+			c := decodeChunk(&d)
+			node := int32(d.Varint())
+			if d.Err != nil {
 				break
 			}
 			num := uint32(len(t.docs))
@@ -524,103 +506,30 @@ func (e *Embedded) readSnapshot(f *os.File) (walGen uint64, err error) {
 				t.terms[idx].df++
 			}
 		}
-		if d.byte() == 1 {
-			t.graph = e.readGraph(&d)
+		if d.Byte() == 1 {
+			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64())
 		}
-		if d.err != nil {
-			return 0, d.err
+		if d.Err != nil {
+			return 0, d.Err
 		}
 		if err := t.checkGraph(); err != nil {
 			return 0, fmt.Errorf("tenant %q: %w", name, err)
 		}
 		tenants[name] = t
 	}
-	if d.err != nil {
-		return 0, d.err
+	if d.Err != nil {
+		return 0, d.Err
 	}
-	want := cr.h.Sum32()
+	want := cr.H.Sum32()
 	var sum [4]byte
 	if _, err := io.ReadFull(f, sum[:]); err != nil {
-		return 0, fmt.Errorf("%w: %w", errCorrupt, err)
+		return 0, fmt.Errorf("%w: %w", codec.ErrCorrupt, err)
 	}
 	if binary.LittleEndian.Uint32(sum[:]) != want {
-		return 0, fmt.Errorf("%w: snapshot checksum mismatch", errCorrupt)
+		return 0, fmt.Errorf("%w: snapshot checksum mismatch", codec.ErrCorrupt)
 	}
 	e.tenants = tenants
 	return walGen, nil
-}
-
-func (e *Embedded) readGraph(d *decoder) *hnsw {
-	m := d.count(128)
-	cfg := e.cfg.HNSW
-	if m >= 2 {
-		cfg.M = m // the stored graph's shape wins over the configuration
-	}
-	g := newHNSW(e.dim, cfg, e.rng.Uint64())
-	n := d.count(1 << 31)
-	entry := int32(d.varint())
-	top := d.count(maxLevel)
-	if d.err != nil || e.dim == 0 {
-		if d.err == nil {
-			d.fail(errors.New("graph without a dimension"))
-		}
-		return g
-	}
-	g.vecs = make([]float32, n*e.dim)
-	g.levels = make([]uint8, n)
-	g.labels = make([]uint32, n)
-	g.state = make([]uint8, n)
-	g.l0 = make([]int32, n*(g.m0+1))
-	g.up = make([][]int32, n)
-	g.locks = make([]sync.Mutex, n+64)
-	readLinks := func(node int32, l int) {
-		cnt := d.count(uint64(g.maxLinks(l)))
-		b := g.block(node, l)
-		b[0] = int32(cnt)
-		for i := range cnt {
-			x := d.uvarint()
-			if x >= uint64(n) {
-				d.fail(fmt.Errorf("link to node %d of %d", x, n))
-				return
-			}
-			b[1+i] = int32(x)
-		}
-	}
-	for i := range n {
-		if d.err != nil {
-			return g
-		}
-		node := int32(i)
-		st := d.byte()
-		g.state[node] = st
-		switch st {
-		case nodeFree:
-			g.free = append(g.free, node)
-			continue
-		case nodeLive:
-			g.live++
-		case nodeDead:
-			g.dead++
-		default:
-			d.fail(fmt.Errorf("node state %d", st))
-			return g
-		}
-		lv := d.count(maxLevel)
-		g.levels[node] = uint8(lv)
-		g.labels[node] = uint32(d.uvarint())
-		d.rawF32s(g.vec(node))
-		if lv > 0 {
-			g.up[node] = make([]int32, lv*(g.m+1))
-		}
-		for l := 0; l <= lv; l++ {
-			readLinks(node, l)
-		}
-	}
-	if entry >= int32(n) || (entry < 0 && g.live > 0) {
-		d.fail(fmt.Errorf("graph entry %d of %d nodes", entry, n))
-	}
-	g.entry, g.maxLevel = entry, top
-	return g
 }
 
 // checkGraph cross-checks documents and graph nodes after loading.
@@ -632,12 +541,12 @@ func (t *tenant) checkGraph() error {
 			continue
 		}
 		vectors++
-		if g == nil || int(d.node) >= g.nodes() || g.state[d.node] != nodeLive || g.labels[d.node] != uint32(num) {
-			return fmt.Errorf("%w: document %q and its graph node disagree", errCorrupt, d.c.ID)
+		if label, ok := g.LiveLabel(d.node); g == nil || !ok || label != uint32(num) {
+			return fmt.Errorf("%w: document %q and its graph node disagree", codec.ErrCorrupt, d.c.ID)
 		}
 	}
-	if g != nil && g.live != vectors {
-		return fmt.Errorf("%w: %d live graph nodes for %d vectors", errCorrupt, g.live, vectors)
+	if g != nil && g.Live() != vectors {
+		return fmt.Errorf("%w: %d live graph nodes for %d vectors", codec.ErrCorrupt, g.Live(), vectors)
 	}
 	return nil
 }

@@ -1,16 +1,17 @@
-package index_test
+package embedded_test
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded"
 	"github.com/aiforge/aiforge/services/retriever/index/indextest"
 )
 
 func openEmbedded(t *testing.T, dir string) (index.Index, error) {
 	t.Helper()
-	return index.OpenEmbedded(index.EmbeddedConfig{Dir: dir, Logger: testLogger(t)})
+	return embedded.Open(embedded.Config{Dir: dir, Logger: testLogger(t)})
 }
 
 func TestEmbeddedContract(t *testing.T) {

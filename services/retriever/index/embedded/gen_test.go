@@ -1,8 +1,10 @@
-package index
+package embedded
 
 import (
 	"math"
 	"math/rand/v2"
+
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/hnsw"
 )
 
 // clustered generates n unit vectors of dim dimensions around the given number of gaussian clusters. Cluster
@@ -91,7 +93,7 @@ func exactTopK(data [][]float32, q []float32, k int) []int {
 	}
 	best := make([]sc, 0, k+1)
 	for i, v := range data {
-		s := dot(q, v)
+		s := hnsw.Dot(q, v)
 		if len(best) == k && s <= best[k-1].s {
 			continue
 		}

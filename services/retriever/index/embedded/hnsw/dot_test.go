@@ -1,4 +1,4 @@
-package index
+package hnsw
 
 import (
 	"math"
@@ -15,7 +15,7 @@ func TestDotMatchesGeneric(t *testing.T) {
 			a[i], b[i] = rng.Float32()*2-1, rng.Float32()*2-1
 			want += float64(a[i]) * float64(b[i])
 		}
-		for _, got := range []float32{dot(a, b), dotGeneric(a, b)} {
+		for _, got := range []float32{Dot(a, b), dotGeneric(a, b)} {
 			if math.Abs(float64(got)-want) > 1e-4 {
 				t.Fatalf("n=%d: dot %v, want %v", n, got, want)
 			}
@@ -30,7 +30,7 @@ func BenchmarkDot384(b *testing.B) {
 	}
 	var s float32
 	for b.Loop() {
-		s += dot(x, y)
+		s += Dot(x, y)
 	}
 	_ = s
 }

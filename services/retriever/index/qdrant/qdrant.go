@@ -1,4 +1,9 @@
-package index
+// Package qdrant implements index.Index on one Qdrant collection (github.com/qdrant/go-client over gRPC), with
+// named dense and sparse vectors and per-tenant BM25 computed by the adapter.
+//
+// The adapter keeps no state that the collection does not hold (its BM25 statistics are derived from the
+// points and refreshed every Config.StatsRefresh), so any number of retriever replicas can share a collection.
+package qdrant
 
 import (
 	"context"
@@ -8,26 +13,32 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/qdrant/go-client/qdrant"
+	qc "github.com/qdrant/go-client/qdrant"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/aiforge/aiforge/services/retriever/index"
 )
 
-// QdrantConfig configures the Qdrant backend.
-type QdrantConfig struct {
-	// Addr is host:port of Qdrant's gRPC API (usually port 6334).
-	Addr   string
+// Config configures the Qdrant backend.
+type Config struct {
+	// Addr is host:port of Qdrant's gRPC API (usually port 6334); ParseURL turns a URL into Addr and TLS.
+	Addr string
+	// APIKey is sent with every call (Qdrant's api-key header); never logged.
 	APIKey string
 	TLS    bool
 	// Collection is created on first use when missing (default "aiforge_chunks").
 	Collection string
-	// Dim is the dense vector size of the collection (required).
+	// Dim is the dense vector size of the collection: required to create it, checked against an existing one;
+	// 0 adopts the existing collection's size.
 	Dim int
 	// Timeout bounds every call to Qdrant (default 30s).
 	Timeout time.Duration
@@ -39,6 +50,44 @@ type QdrantConfig struct {
 	Logger       *slog.Logger
 	// DialOptions are extra gRPC dial options.
 	DialOptions []grpc.DialOption
+}
+
+// DefaultPort is the port of Qdrant's gRPC API.
+const DefaultPort = "6334"
+
+// ParseURL reads Qdrant's gRPC endpoint as host:port, grpc://host:port, http://host:port (plaintext) or
+// https://host:port (TLS); the port defaults to 6334. Qdrant's REST port 6333 is refused with a hint, since the
+// adapter speaks gRPC.
+func ParseURL(raw string) (addr string, useTLS bool, err error) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return "", false, errors.New("qdrant url is empty")
+	}
+	if !strings.Contains(s, "://") {
+		s = "grpc://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", false, fmt.Errorf("qdrant url %q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "grpc", "http":
+	case "grpcs", "https":
+		useTLS = true
+	default:
+		return "", false, fmt.Errorf("qdrant url %q: scheme %q (want http, https, grpc or grpcs)", raw, u.Scheme)
+	}
+	if u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", false, fmt.Errorf("qdrant url %q: want scheme://host[:port] and nothing else", raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = DefaultPort
+	}
+	if port == "6333" {
+		return "", false, fmt.Errorf("qdrant url %q: 6333 is Qdrant's REST port; the adapter speaks gRPC (usually port %s)", raw, DefaultPort)
+	}
+	return net.JoinHostPort(u.Hostname(), port), useTLS, nil
 }
 
 // plainName reports whether s is non-empty and made of ASCII letters, digits, '_' (and '-' when dash).
@@ -56,7 +105,7 @@ func plainName(s string, dash bool) bool {
 }
 
 // Validate reports configuration errors.
-func (c QdrantConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if _, port, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("qdrant index: Addr %q is not host:port: %w", c.Addr, err))
@@ -66,8 +115,8 @@ func (c QdrantConfig) Validate() error {
 	if c.Collection != "" && (len(c.Collection) > 255 || !plainName(c.Collection, true)) {
 		errs = append(errs, fmt.Errorf("qdrant index: collection name %q (want [A-Za-z0-9_-], at most 255)", c.Collection))
 	}
-	if c.Dim <= 0 || c.Dim > 65536 {
-		errs = append(errs, fmt.Errorf("qdrant index: Dim %d out of range 1-65536", c.Dim))
+	if c.Dim < 0 || c.Dim > 65536 {
+		errs = append(errs, fmt.Errorf("qdrant index: Dim %d out of range 0-65536", c.Dim))
 	}
 	if c.Timeout < 0 || c.StatsRefresh < 0 || c.UpsertBatch < 0 {
 		errs = append(errs, errors.New("qdrant index: Timeout, StatsRefresh and UpsertBatch must not be negative"))
@@ -75,7 +124,7 @@ func (c QdrantConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c QdrantConfig) withDefaults() QdrantConfig {
+func (c Config) withDefaults() Config {
 	if c.Collection == "" {
 		c.Collection = "aiforge_chunks"
 	}
@@ -108,7 +157,7 @@ const (
 	qScrollN = 1024
 )
 
-// Qdrant stores chunks in one Qdrant collection with a named dense vector "dense" (cosine) and a named sparse
+// Index stores chunks in one Qdrant collection with a named dense vector "dense" (cosine) and a named sparse
 // vector "sparse", partitioned by the payload field "tenant" (a keyword index with is_tenant, and HNSW built per
 // tenant: m 0, payload_m 16).
 //
@@ -124,10 +173,10 @@ const (
 // process's own writes in between. Approximations, documented: a point's TF component keeps the average
 // length of the time it was written (exact while the average is stable; re-upsert to refresh), hash collisions
 // merge terms, and writes by other replicas are seen at the next refresh.
-type Qdrant struct {
-	cfg    QdrantConfig
+type Index struct {
+	cfg    Config
 	log    *slog.Logger
-	client *qdrant.Client
+	client *qc.Client
 
 	writeMu   sync.Mutex          // serialises writes (read-modify-write of the statistics)
 	indexMu   sync.Mutex          // guards indexed
@@ -140,7 +189,7 @@ type Qdrant struct {
 	wg        sync.WaitGroup
 }
 
-var _ Index = (*Qdrant)(nil)
+var _ index.Index = (*Index)(nil)
 
 type tenantStats struct {
 	n        int64
@@ -148,23 +197,16 @@ type tenantStats struct {
 	df       map[uint32]int64
 }
 
-func (s *tenantStats) avgLen() float64 {
-	if s == nil || s.n <= 0 {
-		return 0
-	}
-	return float64(s.totalLen) / float64(s.n)
-}
-
-// NewQdrant connects, creates the collection and its payload indexes when missing, checks an existing one, and
+// New connects, creates the collection and its payload indexes when missing, checks an existing one, and
 // loads the BM25 statistics.
-func NewQdrant(ctx context.Context, cfg QdrantConfig) (*Qdrant, error) {
+func New(ctx context.Context, cfg Config) (*Index, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	host, portStr, _ := net.SplitHostPort(cfg.Addr)
 	port, _ := strconv.Atoi(portStr)
-	client, err := qdrant.NewClient(&qdrant.Config{
+	client, err := qc.NewClient(&qc.Config{
 		Host: host, Port: port, APIKey: cfg.APIKey, UseTLS: cfg.TLS,
 		SkipCompatibilityCheck: true, // checked below, through our logger
 		GrpcOptions:            cfg.DialOptions,
@@ -172,7 +214,7 @@ func NewQdrant(ctx context.Context, cfg QdrantConfig) (*Qdrant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qdrant index: connect %s: %w", cfg.Addr, err)
 	}
-	q := &Qdrant{
+	q := &Index{
 		cfg: cfg, client: client,
 		log:     cfg.Logger.With("component", "index.qdrant", "collection", cfg.Collection),
 		indexed: make(map[string]struct{}),
@@ -189,16 +231,16 @@ func NewQdrant(ctx context.Context, cfg QdrantConfig) (*Qdrant, error) {
 	return q, nil
 }
 
-func (q *Qdrant) call(ctx context.Context) (context.Context, context.CancelFunc) {
+func (q *Index) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, q.cfg.Timeout)
 }
 
-func (q *Qdrant) init(ctx context.Context) error {
+func (q *Index) init(ctx context.Context) error {
 	cctx, cancel := q.call(ctx)
 	hc, err := q.client.HealthCheck(cctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("qdrant index: health check %s: %w", q.cfg.Addr, err)
+		return fmt.Errorf("qdrant index: cannot reach Qdrant's gRPC API at %s: %w", q.cfg.Addr, err)
 	}
 	q.log.Info("connected to qdrant", "addr", q.cfg.Addr, "server_version", hc.GetVersion())
 	if err := q.ensureCollection(ctx); err != nil {
@@ -209,7 +251,7 @@ func (q *Qdrant) init(ctx context.Context) error {
 
 func ptr[T any](v T) *T { return &v }
 
-func (q *Qdrant) ensureCollection(ctx context.Context) error {
+func (q *Index) ensureCollection(ctx context.Context) error {
 	name := q.cfg.Collection
 	cctx, cancel := q.call(ctx)
 	defer cancel()
@@ -217,17 +259,21 @@ func (q *Qdrant) ensureCollection(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("qdrant index: %w", err)
 	}
+	if !exists && q.cfg.Dim == 0 {
+		return fmt.Errorf("qdrant index: collection %q does not exist and no dense dimension is configured to create it "+
+			"(set Dim, --qdrant-dim, to the embedding models' dimension)", name)
+	}
 	if !exists {
-		err := q.client.CreateCollection(cctx, &qdrant.CreateCollection{
+		err := q.client.CreateCollection(cctx, &qc.CreateCollection{
 			CollectionName: name,
-			VectorsConfig: qdrant.NewVectorsConfigMap(map[string]*qdrant.VectorParams{
-				qDense: {Size: uint64(q.cfg.Dim), Distance: qdrant.Distance_Cosine},
+			VectorsConfig: qc.NewVectorsConfigMap(map[string]*qc.VectorParams{
+				qDense: {Size: uint64(q.cfg.Dim), Distance: qc.Distance_Cosine},
 			}),
-			SparseVectorsConfig: qdrant.NewSparseVectorsConfig(map[string]*qdrant.SparseVectorParams{
+			SparseVectorsConfig: qc.NewSparseVectorsConfig(map[string]*qc.SparseVectorParams{
 				qSparse: {}, // no IDF modifier: the adapter computes per-tenant BM25 itself
 			}),
 			// Every search is confined to one tenant: build per-tenant graphs only (Qdrant's multitenancy setup).
-			HnswConfig: &qdrant.HnswConfigDiff{M: ptr(uint64(0)), PayloadM: ptr(uint64(16))},
+			HnswConfig: &qc.HnswConfigDiff{M: ptr(uint64(0)), PayloadM: ptr(uint64(16))},
 		})
 		if err != nil && status.Code(err) != codes.AlreadyExists {
 			return fmt.Errorf("qdrant index: create collection: %w", err)
@@ -237,6 +283,9 @@ func (q *Qdrant) ensureCollection(ctx context.Context) error {
 		info, err := q.client.GetCollectionInfo(cctx, name)
 		if err != nil {
 			return fmt.Errorf("qdrant index: %w", err)
+		}
+		if q.cfg.Dim == 0 {
+			q.cfg.Dim = int(info.GetConfig().GetParams().GetVectorsConfig().GetParamsMap().GetMap()[qDense].GetSize())
 		}
 		if err := q.checkSchema(info); err != nil {
 			return err
@@ -248,12 +297,12 @@ func (q *Qdrant) ensureCollection(ctx context.Context) error {
 	// The tenant index first (is_tenant: Qdrant co-locates each tenant's points), then store and file.
 	base := []struct {
 		field string
-		typ   qdrant.FieldType
-		param *qdrant.PayloadIndexParams
+		typ   qc.FieldType
+		param *qc.PayloadIndexParams
 	}{
-		{qTenant, qdrant.FieldType_FieldTypeKeyword, qdrant.NewPayloadIndexParamsKeyword(&qdrant.KeywordIndexParams{IsTenant: ptr(true)})},
-		{qStore, qdrant.FieldType_FieldTypeKeyword, nil},
-		{qFile, qdrant.FieldType_FieldTypeKeyword, nil},
+		{qTenant, qc.FieldType_FieldTypeKeyword, qc.NewPayloadIndexParamsKeyword(&qc.KeywordIndexParams{IsTenant: ptr(true)})},
+		{qStore, qc.FieldType_FieldTypeKeyword, nil},
+		{qFile, qc.FieldType_FieldTypeKeyword, nil},
 	}
 	for _, b := range base {
 		if _, ok := q.indexed[b.field]; ok {
@@ -266,7 +315,7 @@ func (q *Qdrant) ensureCollection(ctx context.Context) error {
 	return nil
 }
 
-func (q *Qdrant) checkSchema(info *qdrant.CollectionInfo) error {
+func (q *Index) checkSchema(info *qc.CollectionInfo) error {
 	params := info.GetConfig().GetParams()
 	dense := params.GetVectorsConfig().GetParamsMap().GetMap()[qDense]
 	var errs []error
@@ -275,12 +324,12 @@ func (q *Qdrant) checkSchema(info *qdrant.CollectionInfo) error {
 		errs = append(errs, fmt.Errorf("no named dense vector %q", qDense))
 	case dense.GetSize() != uint64(q.cfg.Dim):
 		errs = append(errs, fmt.Errorf("dense vector size %d, configured Dim %d", dense.GetSize(), q.cfg.Dim))
-	case dense.GetDistance() != qdrant.Distance_Cosine:
+	case dense.GetDistance() != qc.Distance_Cosine:
 		errs = append(errs, fmt.Errorf("dense distance %v, want Cosine", dense.GetDistance()))
 	}
 	if sp := params.GetSparseVectorsConfig().GetMap()[qSparse]; sp == nil {
 		errs = append(errs, fmt.Errorf("no named sparse vector %q", qSparse))
-	} else if sp.GetModifier() == qdrant.Modifier_Idf {
+	} else if sp.GetModifier() == qc.Modifier_Idf {
 		errs = append(errs, errors.New("sparse vector has the IDF modifier: BM25 is computed per tenant by the adapter"))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -289,10 +338,10 @@ func (q *Qdrant) checkSchema(info *qdrant.CollectionInfo) error {
 	return nil
 }
 
-func (q *Qdrant) createIndex(ctx context.Context, field string, typ qdrant.FieldType, params *qdrant.PayloadIndexParams) error {
+func (q *Index) createIndex(ctx context.Context, field string, typ qc.FieldType, params *qc.PayloadIndexParams) error {
 	cctx, cancel := q.call(ctx)
 	defer cancel()
-	_, err := q.client.CreateFieldIndex(cctx, &qdrant.CreateFieldIndexCollection{
+	_, err := q.client.CreateFieldIndex(cctx, &qc.CreateFieldIndexCollection{
 		CollectionName:   q.cfg.Collection,
 		Wait:             ptr(true),
 		FieldName:        field,
@@ -318,8 +367,8 @@ func attrPath(key string) string {
 
 // ensureAttributeIndexes creates payload indexes for attribute keys not indexed yet, before the points that
 // carry them are uploaded. A key seen with several types keeps the index of the first.
-func (q *Qdrant) ensureAttributeIndexes(ctx context.Context, chunks []Chunk) error {
-	want := make(map[string]qdrant.FieldType)
+func (q *Index) ensureAttributeIndexes(ctx context.Context, chunks []index.Chunk) error {
+	want := make(map[string]qc.FieldType)
 	q.indexMu.Lock()
 	for i := range chunks {
 		for k, v := range chunks[i].Attributes {
@@ -332,11 +381,11 @@ func (q *Qdrant) ensureAttributeIndexes(ctx context.Context, chunks []Chunk) err
 			}
 			switch v.(type) {
 			case string:
-				want[path] = qdrant.FieldType_FieldTypeKeyword
+				want[path] = qc.FieldType_FieldTypeKeyword
 			case float64:
-				want[path] = qdrant.FieldType_FieldTypeFloat
+				want[path] = qc.FieldType_FieldTypeFloat
 			case bool:
-				want[path] = qdrant.FieldType_FieldTypeBool
+				want[path] = qc.FieldType_FieldTypeBool
 			}
 		}
 	}
@@ -376,7 +425,7 @@ func uuidV5(ns [16]byte, name string) string {
 func sparseOf(terms map[string]uint32) ([]uint32, []uint32) {
 	m := make(map[uint32]uint32, len(terms))
 	for t, tf := range terms {
-		m[termID(t)] += tf
+		m[index.TermID(t)] += tf
 	}
 	idx := make([]uint32, 0, len(m))
 	for i := range m {
@@ -407,7 +456,7 @@ func (d statsDelta) add(tenant string, length int64, indices []uint32, sign int6
 }
 
 // applyDelta folds d into the statistics (caller holds statsMu).
-func (q *Qdrant) applyDelta(d statsDelta) {
+func (q *Index) applyDelta(d statsDelta) {
 	for tenant, ds := range d {
 		s := q.stats[tenant]
 		if s == nil {
@@ -429,7 +478,7 @@ func (q *Qdrant) applyDelta(d statsDelta) {
 	}
 }
 
-func (q *Qdrant) isClosed() bool {
+func (q *Index) isClosed() bool {
 	select {
 	case <-q.closed:
 		return true
@@ -439,17 +488,17 @@ func (q *Qdrant) isClosed() bool {
 }
 
 // Upsert implements Index.
-func (q *Qdrant) Upsert(ctx context.Context, chunks []Chunk) error {
+func (q *Index) Upsert(ctx context.Context, chunks []index.Chunk) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if q.isClosed() {
-		return ErrClosed
+		return index.ErrClosed
 	}
 	if len(chunks) == 0 {
 		return nil
 	}
-	prepared, err := prepareChunks(chunks, q.cfg.Dim)
+	prepared, err := index.PrepareChunks(chunks, q.cfg.Dim)
 	if err != nil {
 		return err
 	}
@@ -461,19 +510,19 @@ func (q *Qdrant) Upsert(ctx context.Context, chunks []Chunk) error {
 	if err := q.ensureAttributeIndexes(ctx, prepared); err != nil {
 		return err
 	}
-	ids := make([]*qdrant.PointId, len(prepared))
+	ids := make([]*qc.PointId, len(prepared))
 	for i := range prepared {
-		ids[i] = qdrant.NewIDUUID(pointID(prepared[i].Tenant, prepared[i].ID))
+		ids[i] = qc.NewIDUUID(pointID(prepared[i].Tenant, prepared[i].ID))
 	}
 	// The points being replaced leave the statistics first.
 	delta := statsDelta{}
 	for start := 0; start < len(ids); start += qScrollN {
 		cctx, cancel := q.call(ctx)
-		old, err := q.client.Get(cctx, &qdrant.GetPoints{
+		old, err := q.client.Get(cctx, &qc.GetPoints{
 			CollectionName: q.cfg.Collection,
 			Ids:            ids[start:min(len(ids), start+qScrollN)],
-			WithPayload:    qdrant.NewWithPayloadInclude(qTenant, qLength),
-			WithVectors:    qdrant.NewWithVectorsInclude(qSparse),
+			WithPayload:    qc.NewWithPayloadInclude(qTenant, qLength),
+			WithVectors:    qc.NewWithVectorsInclude(qSparse),
 		})
 		cancel()
 		if err != nil {
@@ -506,13 +555,13 @@ func (q *Qdrant) Upsert(ctx context.Context, chunks []Chunk) error {
 		}
 	}
 	q.statsMu.RUnlock()
-	points := make([]*qdrant.PointStruct, len(prepared))
+	points := make([]*qc.PointStruct, len(prepared))
 	for i := range prepared {
 		points[i] = q.point(&prepared[i], ids[i], sparse[i][0], sparse[i][1], avg[prepared[i].Tenant])
 	}
 	for start := 0; start < len(points); start += q.cfg.UpsertBatch {
 		cctx, cancel := q.call(ctx)
-		_, err := q.client.Upsert(cctx, &qdrant.UpsertPoints{
+		_, err := q.client.Upsert(cctx, &qc.UpsertPoints{
 			CollectionName: q.cfg.Collection,
 			Wait:           ptr(true),
 			Points:         points[start:min(len(points), start+q.cfg.UpsertBatch)],
@@ -531,14 +580,14 @@ func (q *Qdrant) Upsert(ctx context.Context, chunks []Chunk) error {
 	return nil
 }
 
-func (q *Qdrant) markStale() {
+func (q *Index) markStale() {
 	q.statsMu.Lock()
 	q.stale = true
 	q.statsMu.Unlock()
 }
 
 // ensureFreshStats rebuilds the statistics after a write failed half-way.
-func (q *Qdrant) ensureFreshStats(ctx context.Context) error {
+func (q *Index) ensureFreshStats(ctx context.Context) error {
 	q.statsMu.RLock()
 	stale := q.stale
 	q.statsMu.RUnlock()
@@ -548,60 +597,60 @@ func (q *Qdrant) ensureFreshStats(ctx context.Context) error {
 	return q.rebuildStats(ctx)
 }
 
-func (q *Qdrant) point(c *Chunk, id *qdrant.PointId, idx, tfs []uint32, avg float64) *qdrant.PointStruct {
-	vectors := make(map[string]*qdrant.Vector, 2)
+func (q *Index) point(c *index.Chunk, id *qc.PointId, idx, tfs []uint32, avg float64) *qc.PointStruct {
+	vectors := make(map[string]*qc.Vector, 2)
 	if c.Dense != nil {
-		vectors[qDense] = qdrant.NewVectorDense(c.Dense)
+		vectors[qDense] = qc.NewVectorDense(c.Dense)
 	}
 	if len(idx) > 0 {
 		vals := make([]float32, len(idx))
 		for i := range idx {
-			vals[i] = float32(bm25TF(tfs[i], c.Length, avg))
+			vals[i] = float32(index.BM25TF(tfs[i], c.Length, avg))
 		}
-		vectors[qSparse] = qdrant.NewVectorSparse(idx, vals)
+		vectors[qSparse] = qc.NewVectorSparse(idx, vals)
 	}
-	payload := map[string]*qdrant.Value{
-		qTenant: qdrant.NewValueString(c.Tenant),
-		qStore:  qdrant.NewValueString(c.StoreID),
-		qFile:   qdrant.NewValueString(c.FileID),
-		qChunk:  qdrant.NewValueString(c.ID),
-		qIndex:  qdrant.NewValueInt(int64(c.Index)),
-		qText:   qdrant.NewValueString(c.Text),
-		qLength: qdrant.NewValueInt(int64(c.Length)),
+	payload := map[string]*qc.Value{
+		qTenant: qc.NewValueString(c.Tenant),
+		qStore:  qc.NewValueString(c.StoreID),
+		qFile:   qc.NewValueString(c.FileID),
+		qChunk:  qc.NewValueString(c.ID),
+		qIndex:  qc.NewValueInt(int64(c.Index)),
+		qText:   qc.NewValueString(c.Text),
+		qLength: qc.NewValueInt(int64(c.Length)),
 	}
 	if c.Pages != nil {
-		vs := make([]*qdrant.Value, len(c.Pages))
+		vs := make([]*qc.Value, len(c.Pages))
 		for i, p := range c.Pages {
-			vs[i] = qdrant.NewValueInt(int64(p))
+			vs[i] = qc.NewValueInt(int64(p))
 		}
-		payload[qPages] = qdrant.NewValueFromList(vs...)
+		payload[qPages] = qc.NewValueFromList(vs...)
 	}
 	if c.HeadingPath != nil {
-		vs := make([]*qdrant.Value, len(c.HeadingPath))
+		vs := make([]*qc.Value, len(c.HeadingPath))
 		for i, h := range c.HeadingPath {
-			vs[i] = qdrant.NewValueString(h)
+			vs[i] = qc.NewValueString(h)
 		}
-		payload[qHeads] = qdrant.NewValueFromList(vs...)
+		payload[qHeads] = qc.NewValueFromList(vs...)
 	}
 	if len(c.Attributes) > 0 {
-		fields := make(map[string]*qdrant.Value, len(c.Attributes))
+		fields := make(map[string]*qc.Value, len(c.Attributes))
 		for k, v := range c.Attributes {
 			switch x := v.(type) {
 			case string:
-				fields[k] = qdrant.NewValueString(x)
+				fields[k] = qc.NewValueString(x)
 			case float64:
-				fields[k] = qdrant.NewValueDouble(x)
+				fields[k] = qc.NewValueDouble(x)
 			case bool:
-				fields[k] = qdrant.NewValueBool(x)
+				fields[k] = qc.NewValueBool(x)
 			}
 		}
-		payload[qAttrs] = qdrant.NewValueFromFields(fields)
+		payload[qAttrs] = qc.NewValueFromFields(fields)
 	}
-	return &qdrant.PointStruct{Id: id, Payload: payload, Vectors: qdrant.NewVectorsMap(vectors)}
+	return &qc.PointStruct{Id: id, Payload: payload, Vectors: qc.NewVectorsMap(vectors)}
 }
 
 // statsOfPoint extracts what the statistics need from a stored point.
-func statsOfPoint(payload map[string]*qdrant.Value, vectors *qdrant.VectorsOutput) (tenant string, length int64, indices []uint32) {
+func statsOfPoint(payload map[string]*qc.Value, vectors *qc.VectorsOutput) (tenant string, length int64, indices []uint32) {
 	tenant = payload[qTenant].GetStringValue()
 	length = payload[qLength].GetIntegerValue()
 	if sv := vectors.GetVectors().GetVectors()[qSparse].GetSparseVector(); sv != nil {
@@ -611,38 +660,38 @@ func statsOfPoint(payload map[string]*qdrant.Value, vectors *qdrant.VectorsOutpu
 }
 
 // DeleteFile implements Index.
-func (q *Qdrant) DeleteFile(ctx context.Context, tenant, storeID, fileID string) error {
-	if err := errors.Join(validName("tenant", tenant), validName("store id", storeID), validName("file id", fileID)); err != nil {
+func (q *Index) DeleteFile(ctx context.Context, tenant, storeID, fileID string) error {
+	if err := errors.Join(index.ValidName("tenant", tenant), index.ValidName("store id", storeID), index.ValidName("file id", fileID)); err != nil {
 		return err
 	}
 	return q.deleteWhere(ctx, scopeFilter(tenant, storeID, fileID))
 }
 
 // DeleteStore implements Index.
-func (q *Qdrant) DeleteStore(ctx context.Context, tenant, storeID string) error {
-	if err := errors.Join(validName("tenant", tenant), validName("store id", storeID)); err != nil {
+func (q *Index) DeleteStore(ctx context.Context, tenant, storeID string) error {
+	if err := errors.Join(index.ValidName("tenant", tenant), index.ValidName("store id", storeID)); err != nil {
 		return err
 	}
 	return q.deleteWhere(ctx, scopeFilter(tenant, storeID, ""))
 }
 
-func scopeFilter(tenant, storeID, fileID string) *qdrant.Filter {
-	f := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword(qTenant, tenant)}}
+func scopeFilter(tenant, storeID, fileID string) *qc.Filter {
+	f := &qc.Filter{Must: []*qc.Condition{qc.NewMatchKeyword(qTenant, tenant)}}
 	if storeID != "" {
-		f.Must = append(f.Must, qdrant.NewMatchKeyword(qStore, storeID))
+		f.Must = append(f.Must, qc.NewMatchKeyword(qStore, storeID))
 	}
 	if fileID != "" {
-		f.Must = append(f.Must, qdrant.NewMatchKeyword(qFile, fileID))
+		f.Must = append(f.Must, qc.NewMatchKeyword(qFile, fileID))
 	}
 	return f
 }
 
-func (q *Qdrant) deleteWhere(ctx context.Context, filter *qdrant.Filter) error {
+func (q *Index) deleteWhere(ctx context.Context, filter *qc.Filter) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if q.isClosed() {
-		return ErrClosed
+		return index.ErrClosed
 	}
 	q.writeMu.Lock()
 	defer q.writeMu.Unlock()
@@ -650,7 +699,7 @@ func (q *Qdrant) deleteWhere(ctx context.Context, filter *qdrant.Filter) error {
 		return err
 	}
 	delta := statsDelta{}
-	if err := q.scroll(ctx, filter, func(p *qdrant.RetrievedPoint) {
+	if err := q.scroll(ctx, filter, func(p *qc.RetrievedPoint) {
 		tenant, length, indices := statsOfPoint(p.GetPayload(), p.GetVectors())
 		delta.add(tenant, length, indices, -1)
 	}); err != nil {
@@ -661,10 +710,10 @@ func (q *Qdrant) deleteWhere(ctx context.Context, filter *qdrant.Filter) error {
 	}
 	cctx, cancel := q.call(ctx)
 	defer cancel()
-	if _, err := q.client.Delete(cctx, &qdrant.DeletePoints{
+	if _, err := q.client.Delete(cctx, &qc.DeletePoints{
 		CollectionName: q.cfg.Collection,
 		Wait:           ptr(true),
-		Points:         qdrant.NewPointsSelectorFilter(filter),
+		Points:         qc.NewPointsSelectorFilter(filter),
 	}); err != nil {
 		q.markStale() // the delete may have happened
 		return fmt.Errorf("qdrant index: delete: %w", err)
@@ -676,17 +725,17 @@ func (q *Qdrant) deleteWhere(ctx context.Context, filter *qdrant.Filter) error {
 }
 
 // scroll visits every point matching filter with the fields the statistics need.
-func (q *Qdrant) scroll(ctx context.Context, filter *qdrant.Filter, visit func(*qdrant.RetrievedPoint)) error {
-	var offset *qdrant.PointId
+func (q *Index) scroll(ctx context.Context, filter *qc.Filter, visit func(*qc.RetrievedPoint)) error {
+	var offset *qc.PointId
 	for {
 		cctx, cancel := q.call(ctx)
-		pts, next, err := q.client.ScrollAndOffset(cctx, &qdrant.ScrollPoints{
+		pts, next, err := q.client.ScrollAndOffset(cctx, &qc.ScrollPoints{
 			CollectionName: q.cfg.Collection,
 			Filter:         filter,
 			Offset:         offset,
 			Limit:          ptr(uint32(qScrollN)),
-			WithPayload:    qdrant.NewWithPayloadInclude(qTenant, qLength),
-			WithVectors:    qdrant.NewWithVectorsInclude(qSparse),
+			WithPayload:    qc.NewWithPayloadInclude(qTenant, qLength),
+			WithVectors:    qc.NewWithVectorsInclude(qSparse),
 		})
 		cancel()
 		if err != nil {
@@ -703,11 +752,11 @@ func (q *Qdrant) scroll(ctx context.Context, filter *qdrant.Filter, visit func(*
 }
 
 // rebuildStats recomputes every tenant's statistics from the collection.
-func (q *Qdrant) rebuildStats(ctx context.Context) error {
+func (q *Index) rebuildStats(ctx context.Context) error {
 	start := time.Now()
 	d := statsDelta{}
 	points := 0
-	if err := q.scroll(ctx, nil, func(p *qdrant.RetrievedPoint) {
+	if err := q.scroll(ctx, nil, func(p *qc.RetrievedPoint) {
 		tenant, length, indices := statsOfPoint(p.GetPayload(), p.GetVectors())
 		if tenant != "" {
 			d.add(tenant, length, indices, +1)
@@ -725,7 +774,7 @@ func (q *Qdrant) rebuildStats(ctx context.Context) error {
 	return nil
 }
 
-func (q *Qdrant) refreshLoop() {
+func (q *Index) refreshLoop() {
 	tick := time.NewTicker(q.cfg.StatsRefresh)
 	defer tick.Stop()
 	for {
@@ -753,14 +802,14 @@ func (q *Qdrant) refreshLoop() {
 }
 
 // Search implements Index.
-func (q *Qdrant) Search(ctx context.Context, query Query) ([]Hit, error) {
+func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if q.isClosed() {
-		return nil, ErrClosed
+		return nil, index.ErrClosed
 	}
-	p, err := prepareQuery(query, q.cfg.Dim)
+	p, err := index.PrepareQuery(query, q.cfg.Dim)
 	if err != nil {
 		return nil, err
 	}
@@ -773,42 +822,42 @@ func (q *Qdrant) Search(ctx context.Context, query Query) ([]Hit, error) {
 	}
 	var sparseIdx []uint32
 	var sparseVal []float32
-	if p.useSparse {
-		sparseIdx, sparseVal = q.querySparse(p.Tenant, p.terms)
+	if p.UseSparse {
+		sparseIdx, sparseVal = q.querySparse(p.Tenant, p.PositiveTerms)
 	}
-	req := &qdrant.QueryPoints{
+	req := &qc.QueryPoints{
 		CollectionName: q.cfg.Collection,
 		Limit:          ptr(uint64(p.Limit)),
-		WithPayload:    qdrant.NewWithPayload(true),
+		WithPayload:    qc.NewWithPayload(true),
 	}
 	switch {
-	case p.fused():
-		var pre []*qdrant.PrefetchQuery
-		if p.useDense {
-			pre = append(pre, &qdrant.PrefetchQuery{
-				Query: qdrant.NewQueryDense(p.dense), Using: ptr(qDense), Filter: filter,
-				Limit: ptr(uint64(p.candLimit)),
+	case p.Fused():
+		var pre []*qc.PrefetchQuery
+		if p.UseDense {
+			pre = append(pre, &qc.PrefetchQuery{
+				Query: qc.NewQueryDense(p.UnitDense), Using: ptr(qDense), Filter: filter,
+				Limit: ptr(uint64(p.CandidateLimit)),
 			})
 		}
 		if len(sparseIdx) > 0 {
-			pre = append(pre, &qdrant.PrefetchQuery{
-				Query: qdrant.NewQuerySparse(sparseIdx, sparseVal), Using: ptr(qSparse), Filter: filter,
-				Limit: ptr(uint64(p.candLimit)),
+			pre = append(pre, &qc.PrefetchQuery{
+				Query: qc.NewQuerySparse(sparseIdx, sparseVal), Using: ptr(qSparse), Filter: filter,
+				Limit: ptr(uint64(p.CandidateLimit)),
 			})
 		}
 		if len(pre) == 0 {
-			return []Hit{}, nil
+			return []index.Hit{}, nil
 		}
 		req.Prefetch = pre
-		req.Query = qdrant.NewQueryRRF(&qdrant.Rrf{K: ptr(uint32(RRFK))})
+		req.Query = qc.NewQueryRRF(&qc.Rrf{K: ptr(uint32(index.RRFK))})
 		req.Filter = filter
-	case p.useDense:
-		req.Query, req.Using, req.Filter = qdrant.NewQueryDense(p.dense), ptr(qDense), filter
+	case p.UseDense:
+		req.Query, req.Using, req.Filter = qc.NewQueryDense(p.UnitDense), ptr(qDense), filter
 	default:
 		if len(sparseIdx) == 0 {
-			return []Hit{}, nil
+			return []index.Hit{}, nil
 		}
-		req.Query, req.Using, req.Filter = qdrant.NewQuerySparse(sparseIdx, sparseVal), ptr(qSparse), filter
+		req.Query, req.Using, req.Filter = qc.NewQuerySparse(sparseIdx, sparseVal), ptr(qSparse), filter
 	}
 	cctx, cancel := q.call(ctx)
 	defer cancel()
@@ -816,13 +865,13 @@ func (q *Qdrant) Search(ctx context.Context, query Query) ([]Hit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qdrant index: query: %w", err)
 	}
-	hits := make([]Hit, 0, len(res))
+	hits := make([]index.Hit, 0, len(res))
 	for _, sp := range res {
 		score := float64(sp.GetScore())
-		if p.fused() {
-			score = normalizeRRF(score, p.lists())
+		if p.Fused() {
+			score = index.NormalizeRRF(score, p.Lists())
 		}
-		if !p.passes(score) {
+		if !p.Passes(score) {
 			continue
 		}
 		c, err := chunkFromPayload(sp.GetPayload())
@@ -833,14 +882,14 @@ func (q *Qdrant) Search(ctx context.Context, query Query) ([]Hit, error) {
 			// Defence in depth: never hand out another tenant's chunk, whatever the server did.
 			return nil, fmt.Errorf("qdrant index: query for tenant %q returned a point of tenant %q", p.Tenant, c.Tenant)
 		}
-		hits = append(hits, Hit{Chunk: c, Score: score})
+		hits = append(hits, index.Hit{Chunk: c, Score: score})
 	}
 	return hits, nil
 }
 
 // querySparse turns query terms into the tenant's IDF weights over hashed indices; terms the tenant has never
 // seen are dropped (no chunk of the tenant can match them).
-func (q *Qdrant) querySparse(tenant string, terms map[string]uint32) ([]uint32, []float32) {
+func (q *Index) querySparse(tenant string, terms map[string]uint32) ([]uint32, []float32) {
 	q.statsMu.RLock()
 	defer q.statsMu.RUnlock()
 	s := q.stats[tenant]
@@ -849,9 +898,9 @@ func (q *Qdrant) querySparse(tenant string, terms map[string]uint32) ([]uint32, 
 	}
 	w := make(map[uint32]float64, len(terms))
 	for t, qtf := range terms {
-		id := termID(t)
+		id := index.TermID(t)
 		if df := s.df[id]; df > 0 {
-			w[id] += bm25IDF(df, s.n) * float64(qtf)
+			w[id] += index.BM25IDF(df, s.n) * float64(qtf)
 		}
 	}
 	idx := make([]uint32, 0, len(w))
@@ -867,11 +916,11 @@ func (q *Qdrant) querySparse(tenant string, terms map[string]uint32) ([]uint32, 
 }
 
 // searchFilter is the filter of every candidate search: the tenant, the stores and the attribute filter.
-func (q *Qdrant) searchFilter(p *preparedQuery) (*qdrant.Filter, error) {
-	f := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword(qTenant, p.Tenant)}}
+func (q *Index) searchFilter(p *index.PreparedQuery) (*qc.Filter, error) {
+	f := &qc.Filter{Must: []*qc.Condition{qc.NewMatchKeyword(qTenant, p.Tenant)}}
 	if len(p.StoreIDs) > 0 {
-		stores := slices.Sorted(maps.Keys(p.stores))
-		f.Must = append(f.Must, qdrant.NewMatchKeywords(qStore, stores...))
+		stores := slices.Sorted(maps.Keys(p.Stores))
+		f.Must = append(f.Must, qc.NewMatchKeywords(qStore, stores...))
 	}
 	if p.Filter != nil {
 		c, err := qdrantCondition(p.Filter)
@@ -883,11 +932,11 @@ func (q *Qdrant) searchFilter(p *preparedQuery) (*qdrant.Filter, error) {
 	return f, nil
 }
 
-// qdrantCondition translates a normalised OpenAI filter with the semantics documented on Filter.
-func qdrantCondition(f *Filter) (*qdrant.Condition, error) {
+// qdrantCondition translates a normalised OpenAI filter with the semantics documented on index.Filter.
+func qdrantCondition(f *index.Filter) (*qc.Condition, error) {
 	switch f.Type {
-	case FilterAnd, FilterOr:
-		conds := make([]*qdrant.Condition, 0, len(f.Filters))
+	case index.FilterAnd, index.FilterOr:
+		conds := make([]*qc.Condition, 0, len(f.Filters))
 		for i := range f.Filters {
 			c, err := qdrantCondition(&f.Filters[i])
 			if err != nil {
@@ -895,17 +944,17 @@ func qdrantCondition(f *Filter) (*qdrant.Condition, error) {
 			}
 			conds = append(conds, c)
 		}
-		if f.Type == FilterAnd {
-			return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: conds}), nil
+		if f.Type == index.FilterAnd {
+			return qc.NewFilterAsCondition(&qc.Filter{Must: conds}), nil
 		}
-		return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: conds}), nil
-	case FilterEq:
+		return qc.NewFilterAsCondition(&qc.Filter{Should: conds}), nil
+	case index.FilterEq:
 		return equals(attrPath(f.Key), f.Value), nil
-	case FilterNe:
-		return qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{equals(attrPath(f.Key), f.Value)}}), nil
-	case FilterIn, FilterNin:
+	case index.FilterNe:
+		return qc.NewFilterAsCondition(&qc.Filter{MustNot: []*qc.Condition{equals(attrPath(f.Key), f.Value)}}), nil
+	case index.FilterIn, index.FilterNin:
 		path := attrPath(f.Key)
-		var conds []*qdrant.Condition
+		var conds []*qc.Condition
 		var strs []string
 		for _, v := range f.Value.([]any) {
 			if s, ok := v.(string); ok {
@@ -915,46 +964,46 @@ func qdrantCondition(f *Filter) (*qdrant.Condition, error) {
 			conds = append(conds, equals(path, v))
 		}
 		if len(strs) > 0 {
-			conds = append(conds, qdrant.NewMatchKeywords(path, strs...))
+			conds = append(conds, qc.NewMatchKeywords(path, strs...))
 		}
-		if f.Type == FilterIn {
-			return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: conds}), nil
+		if f.Type == index.FilterIn {
+			return qc.NewFilterAsCondition(&qc.Filter{Should: conds}), nil
 		}
-		return qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: conds}), nil
-	case FilterGt, FilterGte, FilterLt, FilterLte:
+		return qc.NewFilterAsCondition(&qc.Filter{MustNot: conds}), nil
+	case index.FilterGt, index.FilterGte, index.FilterLt, index.FilterLte:
 		v := f.Value.(float64)
-		r := &qdrant.Range{}
+		r := &qc.Range{}
 		switch f.Type {
-		case FilterGt:
+		case index.FilterGt:
 			r.Gt = &v
-		case FilterGte:
+		case index.FilterGte:
 			r.Gte = &v
-		case FilterLt:
+		case index.FilterLt:
 			r.Lt = &v
-		case FilterLte:
+		case index.FilterLte:
 			r.Lte = &v
 		}
-		return qdrant.NewRange(attrPath(f.Key), r), nil
+		return qc.NewRange(attrPath(f.Key), r), nil
 	}
-	return nil, invalidf("unknown filter type %q", f.Type)
+	return nil, index.Invalidf("unknown filter type %q", f.Type)
 }
 
 // equals matches a scalar: keyword for strings, boolean for bools, a closed range for numbers (Qdrant has no
 // float match; the range also matches integer payloads).
-func equals(path string, v any) *qdrant.Condition {
+func equals(path string, v any) *qc.Condition {
 	switch x := v.(type) {
 	case string:
-		return qdrant.NewMatchKeyword(path, x)
+		return qc.NewMatchKeyword(path, x)
 	case bool:
-		return qdrant.NewMatchBool(path, x)
+		return qc.NewMatchBool(path, x)
 	default:
 		f := x.(float64)
-		return qdrant.NewRange(path, &qdrant.Range{Gte: &f, Lte: &f})
+		return qc.NewRange(path, &qc.Range{Gte: &f, Lte: &f})
 	}
 }
 
-func chunkFromPayload(p map[string]*qdrant.Value) (Chunk, error) {
-	c := Chunk{
+func chunkFromPayload(p map[string]*qc.Value) (index.Chunk, error) {
+	c := index.Chunk{
 		ID:      p[qChunk].GetStringValue(),
 		Tenant:  p[qTenant].GetStringValue(),
 		StoreID: p[qStore].GetStringValue(),
@@ -964,7 +1013,7 @@ func chunkFromPayload(p map[string]*qdrant.Value) (Chunk, error) {
 		Length:  int(p[qLength].GetIntegerValue()),
 	}
 	if c.ID == "" || c.Tenant == "" {
-		return Chunk{}, errors.New("payload lacks chunk_id or tenant")
+		return index.Chunk{}, errors.New("payload lacks chunk_id or tenant")
 	}
 	if v, ok := p[qPages]; ok {
 		c.Pages = []int{}
@@ -983,13 +1032,13 @@ func chunkFromPayload(p map[string]*qdrant.Value) (Chunk, error) {
 		c.Attributes = make(map[string]any, len(fields))
 		for k, x := range fields {
 			switch y := x.GetKind().(type) {
-			case *qdrant.Value_StringValue:
+			case *qc.Value_StringValue:
 				c.Attributes[k] = y.StringValue
-			case *qdrant.Value_DoubleValue:
+			case *qc.Value_DoubleValue:
 				c.Attributes[k] = y.DoubleValue
-			case *qdrant.Value_IntegerValue:
+			case *qc.Value_IntegerValue:
 				c.Attributes[k] = float64(y.IntegerValue)
-			case *qdrant.Value_BoolValue:
+			case *qc.Value_BoolValue:
 				c.Attributes[k] = y.BoolValue
 			}
 		}
@@ -998,19 +1047,19 @@ func chunkFromPayload(p map[string]*qdrant.Value) (Chunk, error) {
 }
 
 // Count implements Index.
-func (q *Qdrant) Count(ctx context.Context, tenant, storeID string) (int, error) {
+func (q *Index) Count(ctx context.Context, tenant, storeID string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := validName("tenant", tenant); err != nil {
+	if err := index.ValidName("tenant", tenant); err != nil {
 		return 0, err
 	}
 	if q.isClosed() {
-		return 0, ErrClosed
+		return 0, index.ErrClosed
 	}
 	cctx, cancel := q.call(ctx)
 	defer cancel()
-	n, err := q.client.Count(cctx, &qdrant.CountPoints{
+	n, err := q.client.Count(cctx, &qc.CountPoints{
 		CollectionName: q.cfg.Collection,
 		Filter:         scopeFilter(tenant, storeID, ""),
 		Exact:          ptr(true),
@@ -1022,7 +1071,7 @@ func (q *Qdrant) Count(ctx context.Context, tenant, storeID string) (int, error)
 }
 
 // Close stops the statistics refresher and closes the connection.
-func (q *Qdrant) Close() error {
+func (q *Index) Close() error {
 	var err error
 	q.closeOnce.Do(func() {
 		close(q.closed)
