@@ -43,6 +43,12 @@ const (
 	CodeConflict         = "conflict"
 	CodeInternal         = "internal_error"
 	CodeOverloaded       = "overloaded"
+	// CodeStorageUnavailable: the server has no object store configured,
+	// so the APIs that keep files cannot work.
+	CodeStorageUnavailable = "storage_unavailable"
+	// CodeServiceUnavailable: a backing service (usage, retriever) did not
+	// answer; the request can be retried.
+	CodeServiceUnavailable = "service_unavailable"
 )
 
 // Error is an API error in OpenAI's shape with its HTTP status.
@@ -203,4 +209,18 @@ func ErrInternal(msg string) *Error {
 func ErrOverloaded(model string) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: CodeOverloaded,
 		Message: fmt.Sprintf("The workers of '%s' are at capacity. Retry later.", model)}
+}
+
+// ErrStorageUnavailable answers a request for the Files, Vector stores or
+// model upload APIs on a server without an object store.
+func ErrStorageUnavailable() *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeStorageUnavailable,
+		Message: "File storage is not configured on this server."}
+}
+
+// ErrServiceUnavailable answers when the backing service (e.g. "usage",
+// "retriever") is not running or did not answer in time.
+func ErrServiceUnavailable(service, why string) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeServiceUnavailable,
+		Message: fmt.Sprintf("The %s service %s. Retry later.", service, why)}
 }

@@ -236,6 +236,8 @@ func TestCatalogStatusesAndTypes(t *testing.T) {
 		{ErrConflict("x"), 409, TypeInvalidRequest, CodeConflict},
 		{ErrInternal("x"), 500, TypeServer, CodeInternal},
 		{ErrOverloaded("m"), 429, TypeRateLimit, CodeOverloaded},
+		{ErrStorageUnavailable(), 503, TypeServer, CodeStorageUnavailable},
+		{ErrServiceUnavailable("usage", "is not running"), 503, TypeServer, CodeServiceUnavailable},
 	}
 	for _, c := range cases {
 		if c.e.Status != c.status || c.e.Type != c.typ || c.e.Code != c.code || c.e.Message == "" {

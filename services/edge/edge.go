@@ -1,7 +1,10 @@
-// Package edge is aiforge's OpenAI-compatible front door: it authenticates
-// API keys, admits requests, bridges them over the bus to the workers of the
-// requested model and streams their answers back. It also serves the admin
-// API that manages tenants, keys and model bindings.
+// Package edge is aiforge's OpenAI-compatible front door, the only HTTP
+// face of the mesh. It owns the listener, readiness and shutdown, opens the
+// buckets and the bus client, and mounts the APIs of its domains, each a
+// package of its own under internal/: inference (the one generation path),
+// responses, files, vectorstores, models, admin and reports. They share
+// the read-only directory of tenants, keys, models and prices
+// (pkg/directory).
 package edge
 
 import (
@@ -18,14 +21,25 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/edge/internal/admin"
+	"github.com/aiforge/aiforge/services/edge/internal/files"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+	"github.com/aiforge/aiforge/services/edge/internal/inference"
+	"github.com/aiforge/aiforge/services/edge/internal/models"
+	"github.com/aiforge/aiforge/services/edge/internal/reports"
+	"github.com/aiforge/aiforge/services/edge/internal/responses"
+	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
 )
 
 // Config configures one edge replica.
@@ -82,7 +96,8 @@ type Deps struct {
 	Gatherer   prometheus.Gatherer
 	// Tracer creates spans; default no-op (trace context still flows).
 	Tracer trace.TracerProvider
-	// Objects stores uploaded files; without it the Files API answers 503.
+	// Objects stores uploaded files and model files; without it the Files,
+	// Vector stores and model upload APIs answer 503 storage_unavailable.
 	Objects objstore.Store
 	// Listener, when set, is served instead of listening on Config.Listen.
 	Listener net.Listener
@@ -93,51 +108,24 @@ type Deps struct {
 
 // Service is one edge replica.
 type Service struct {
-	cfg    Config
-	deps   Deps
-	log    *slog.Logger
-	tracer trace.Tracer
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics *inference.Metrics
 
-	store   *registry.Store
-	catalog *catalog.Store
-	uploads jetstream.KeyValue
-	client  *bridge.Client
-	metrics *metrics
-
-	keysMu sync.RWMutex
-	keys   map[string]*registry.Key
-
-	modelsMu sync.RWMutex
-	models   map[string]registry.Model
-
-	tenantsMu sync.RWMutex
-	tenants   map[string]registry.Tenant
-
-	pricesMu sync.RWMutex
-	prices   map[string]registry.PriceHistory
-
-	// The catalog as /v1/models shows it (catalogview.go): published
-	// adapters and deployments.
-	cv catalogView
-
-	budgetKV  jetstream.KeyValue
-	rateKV    jetstream.KeyValue
-	filesKV   jetstream.KeyValue
-	vsKV      jetstream.KeyValue
-	vsFilesKV jetstream.KeyValue
-
-	flightsMu sync.Mutex
-	flights   map[string]map[*flight]struct{}
-
-	synced   atomic.Int32
 	ready    atomic.Bool
 	draining atomic.Bool
 	addr     atomic.Value
+	// api serves the domains once Run has opened what they need; before,
+	// only health and metrics answer.
+	api atomic.Pointer[http.Handler]
 
 	// streamCtx ends streams still open when the shutdown grace is over.
 	streamCtx  context.Context
 	endStreams context.CancelCauseFunc
 	handler    http.Handler
+	booting    http.Handler
 }
 
 // New validates its arguments and builds a stopped edge.
@@ -179,7 +167,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Tracer == nil {
 		deps.Tracer = noop.NewTracerProvider()
 	}
-	m, err := newMetrics(deps.Registerer)
+	m, err := inference.NewMetrics(deps.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("edge: metrics: %w", err)
 	}
@@ -188,14 +176,21 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		log:     deps.Logger.With("service", "edge", "instance", cfg.InstanceID),
 		tracer:  deps.Tracer.Tracer("aiforge/edge"),
 		metrics: m,
-		keys:    make(map[string]*registry.Key),
-		models:  make(map[string]registry.Model),
-		tenants: make(map[string]registry.Tenant),
-		prices:  make(map[string]registry.PriceHistory),
-		flights: make(map[string]map[*flight]struct{}),
 	}
 	s.streamCtx, s.endStreams = context.WithCancelCause(context.Background())
-	s.handler = s.routes()
+	boot := http.NewServeMux()
+	s.healthRoutes(boot)
+	boot.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		contracts.Write(w, contracts.ErrServiceUnavailable("edge", "is starting"))
+	})
+	s.booting = boot
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := s.api.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		s.booting.ServeHTTP(w, r)
+	})
 	return s, nil
 }
 
@@ -215,36 +210,55 @@ func (s *Service) Addr() string {
 	return ""
 }
 
-// Run serves until ctx ends, then drains: readiness turns false, no new
-// requests are accepted, open streams get ShutdownGrace to finish and are
-// then ended with an SSE error.
-func (s *Service) Run(ctx context.Context) error {
-	if err := events.Ensure(ctx, s.deps.JS, s.cfg.Streams); err != nil {
-		return fmt.Errorf("edge: %w", err)
+func (s *Service) healthRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.Ready() {
+			httpapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			return
+		}
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{}))
+}
+
+// maxBody is the body limit: the configured one, but never more than the
+// bus can carry in one message (with room for headers).
+func (s *Service) maxBody() int64 {
+	limit := s.cfg.MaxBodyBytes
+	if bus := s.deps.NC.MaxPayload() - 64<<10; bus > 0 && bus < limit {
+		limit = bus
 	}
-	store, err := registry.Open(ctx, s.deps.JS)
+	return limit
+}
+
+// domains is what Run opened for the APIs.
+type domains struct {
+	dir        *directory.View
+	inference  *inference.Service
+	vectors    *vectorstores.Service
+	mux        *http.ServeMux
+	closeFuncs []func()
+}
+
+// open opens the buckets, the bus client and the directory, and mounts
+// every API.
+func (s *Service) open(ctx context.Context) (*domains, error) {
+	js := s.deps.JS
+	store, err := registry.Open(ctx, js)
 	if err != nil {
-		return fmt.Errorf("edge: %w", err)
+		return nil, err
 	}
-	s.store = store
-	if s.catalog, err = catalog.Open(ctx, s.deps.JS); err != nil {
-		return fmt.Errorf("edge: %w", err)
+	cat, err := catalog.Open(ctx, js)
+	if err != nil {
+		return nil, err
 	}
-	if s.uploads, err = s.deps.JS.KeyValue(ctx, events.BucketUploads); err != nil {
-		return fmt.Errorf("edge: bucket %s: %w", events.BucketUploads, err)
-	}
-	if s.budgetKV, err = s.deps.JS.KeyValue(ctx, events.BucketBudgets); err != nil {
-		return fmt.Errorf("edge: bucket %s: %w", events.BucketBudgets, err)
-	}
-	if s.rateKV, err = s.deps.JS.KeyValue(ctx, events.BucketRateLimits); err != nil {
-		return fmt.Errorf("edge: bucket %s: %w", events.BucketRateLimits, err)
-	}
-	for _, b := range []struct {
-		kv   *jetstream.KeyValue
-		name string
-	}{{&s.filesKV, events.BucketFiles}, {&s.vsKV, events.BucketVectorStores}, {&s.vsFilesKV, events.BucketVectorStoreFiles}} {
-		if *b.kv, err = s.deps.JS.KeyValue(ctx, b.name); err != nil {
-			return fmt.Errorf("edge: bucket %s: %w", b.name, err)
+	kvs := map[string]jetstream.KeyValue{}
+	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles} {
+		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", b, err)
 		}
 	}
 	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{
@@ -252,26 +266,68 @@ func (s *Service) Run(ctx context.Context) error {
 		FailoverWait: s.cfg.FailoverWait, Logger: s.log,
 	})
 	if err != nil {
+		return nil, err
+	}
+	d := &domains{mux: http.NewServeMux(), closeFuncs: []func(){func() { _ = client.Close() }}}
+	// Revoking a key (on any replica) ends its requests in flight here.
+	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, OnChange: func(c directory.Change) {
+		if c.Kind == directory.KindKey && c.Deleted {
+			d.inference.Revoke(c.ID)
+		}
+	}})
+	d.inference = inference.New(inference.Deps{
+		Client: client, Directory: d.dir, JS: js,
+		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
+		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
+		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx,
+	})
+	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
+	d.vectors = vectorstores.New(vectorstores.Deps{
+		StoresKV: kvs[events.BucketVectorStores], FilesKV: kvs[events.BucketVectorStoreFiles], FileAPI: fileAPI,
+		Directory: d.dir, Storage: s.deps.Objects != nil, JS: js, NC: s.deps.NC, Logger: s.log, InstanceID: s.cfg.InstanceID,
+	})
+
+	s.healthRoutes(d.mux)
+	d.inference.Routes(d.mux)
+	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors}).Routes(d.mux)
+	fileAPI.Routes(d.mux)
+	d.vectors.Routes(d.mux)
+	models.New(models.Deps{
+		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
+		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
+	}).Routes(d.mux)
+	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log}).Routes(d.mux)
+	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
+	return d, nil
+}
+
+// Run serves until ctx ends, then drains: readiness turns false, no new
+// requests are accepted, open streams get ShutdownGrace to finish and are
+// then ended with an SSE error.
+func (s *Service) Run(ctx context.Context) error {
+	if err := events.Ensure(ctx, s.deps.JS, s.cfg.Streams); err != nil {
 		return fmt.Errorf("edge: %w", err)
 	}
-	s.client = client
-	defer func() { _ = client.Close() }()
+	d, err := s.open(ctx)
+	if err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	defer func() {
+		for _, f := range d.closeFuncs {
+			f()
+		}
+	}()
+	api := httpapi.OpenAIShaped(d.mux)
+	s.api.Store(&api)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
-		if err := s.docStatus(watchCtx); err != nil {
+	wg.Go(func() { _ = d.dir.Run(watchCtx) })
+	wg.Go(func() {
+		if err := d.vectors.RunDocStatus(watchCtx); err != nil {
 			s.log.Error("document status consumer ended", "err", err)
 		}
-	}()
-	go func() { defer wg.Done(); s.watchKeys(watchCtx) }()
-	go func() { defer wg.Done(); s.watchModels(watchCtx) }()
-	go func() { defer wg.Done(); s.watchTenants(watchCtx) }()
-	go func() { defer wg.Done(); s.watchPrices(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); s.watchCatalogView(watchCtx) }()
+	})
 	defer func() { stopWatch(); wg.Wait() }()
 
 	ln := s.deps.Listener
@@ -290,147 +346,37 @@ func (s *Service) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	// Ready once every watcher delivered its initial state.
-	for s.synced.Load() < 4 || !s.cv.synced() {
+	// Ready once the directory delivered its initial state.
+	synced := make(chan error, 1)
+	go func() { synced <- d.dir.WaitSynced(ctx) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("edge: serve: %w", err)
+	case <-synced:
+	}
+	if ctx.Err() == nil {
+		s.ready.Store(true)
+		s.log.Info("edge ready", "addr", ln.Addr().String())
 		select {
 		case <-ctx.Done():
 		case err := <-serveErr:
 			return fmt.Errorf("edge: serve: %w", err)
-		case <-time.After(5 * time.Millisecond):
-			continue
 		}
-		break
-	}
-	s.ready.Store(true)
-	s.log.Info("edge ready", "addr", ln.Addr().String())
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("edge: serve: %w", err)
 	}
 	s.draining.Store(true)
 	s.log.Info("edge draining", "grace", s.cfg.ShutdownGrace.String())
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(graceCtx); err != nil {
-		s.endStreams(errShuttingDown)
+		s.endStreams(inference.ErrShuttingDown)
 		shortCtx, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel2()
 		if err := srv.Shutdown(shortCtx); err != nil {
 			_ = srv.Close()
 		}
 	}
-	s.endStreams(errShuttingDown)
+	s.endStreams(inference.ErrShuttingDown)
 	_ = s.deps.NC.Flush()
 	s.log.Info("edge stopped")
 	return nil
-}
-
-var (
-	errShuttingDown = errors.New("edge: shutting down")
-	errKeyRevoked   = errors.New("edge: api key revoked")
-)
-
-func (s *Service) watchKeys(ctx context.Context) {
-	err := s.store.WatchKeys(ctx, func(c registry.Change[registry.Key], initial bool) {
-		if initial {
-			s.synced.Add(1)
-			return
-		}
-		if c.Deleted {
-			s.keysMu.Lock()
-			delete(s.keys, c.Key)
-			s.keysMu.Unlock()
-			s.revoke(c.Key)
-			return
-		}
-		k := c.Value
-		s.keysMu.Lock()
-		s.keys[k.ID] = &k
-		s.keysMu.Unlock()
-	})
-	if err != nil {
-		s.log.Error("key watch ended", "err", err)
-	}
-}
-
-func (s *Service) watchModels(ctx context.Context) {
-	err := s.store.WatchModels(ctx, func(c registry.Change[registry.Model], initial bool) {
-		if initial {
-			s.synced.Add(1)
-			return
-		}
-		s.modelsMu.Lock()
-		defer s.modelsMu.Unlock()
-		if c.Deleted {
-			for name := range s.models {
-				if registry.ModelKey(name) == c.Key {
-					delete(s.models, name)
-				}
-			}
-			return
-		}
-		s.models[c.Value.Name] = c.Value
-	})
-	if err != nil {
-		s.log.Error("model watch ended", "err", err)
-	}
-}
-
-// flight is one request in progress, tracked so that a key revocation ends it.
-type flight struct {
-	cancel context.CancelCauseFunc
-}
-
-func (s *Service) track(keyID string, f *flight) func() {
-	s.flightsMu.Lock()
-	m := s.flights[keyID]
-	if m == nil {
-		m = make(map[*flight]struct{})
-		s.flights[keyID] = m
-	}
-	m[f] = struct{}{}
-	s.flightsMu.Unlock()
-	return func() {
-		s.flightsMu.Lock()
-		delete(m, f)
-		if len(m) == 0 {
-			delete(s.flights, keyID)
-		}
-		s.flightsMu.Unlock()
-	}
-}
-
-func (s *Service) revoke(keyID string) {
-	s.flightsMu.Lock()
-	fs := make([]*flight, 0, len(s.flights[keyID]))
-	for f := range s.flights[keyID] {
-		fs = append(fs, f)
-	}
-	s.flightsMu.Unlock()
-	for _, f := range fs {
-		f.cancel(errKeyRevoked)
-	}
-	n := len(fs)
-	s.log.Info("api key revoked", "key_id", keyID, "streams_ended", n)
-}
-
-func (s *Service) lookupKey(id string) *registry.Key {
-	s.keysMu.RLock()
-	k := s.keys[id]
-	s.keysMu.RUnlock()
-	return k
-}
-
-// lookupModel resolves a served model name: a registered model, else a
-// published adapter of one (catalogview.go).
-func (s *Service) lookupModel(name string) (registry.Model, bool) {
-	s.modelsMu.RLock()
-	m, ok := s.models[name]
-	s.modelsMu.RUnlock()
-	if ok {
-		return m, true
-	}
-	return s.lookupAdapter(name)
 }

@@ -321,3 +321,5 @@ func chatBody(model string, stream bool) string {
 	b, _ := json.Marshal(map[string]any{"model": model, "stream": stream, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
 	return string(b)
 }
+
+func (r response) String() string { return string(r.body) }

@@ -20,6 +20,8 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/lexical"
 	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/pkg/query"
+	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/retriever/index"
 )
 
@@ -156,19 +158,16 @@ func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (attrs 
 	if err != nil {
 		return nil, false, err
 	}
-	e, err := kv.Get(ctx, ref.Tenant+"."+ref.StoreID+"."+ref.FileID)
+	e, err := kv.Get(ctx, vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, false, nil
 		}
 		return nil, false, err
 	}
-	var rec struct {
-		Status     string         `json:"status"`
-		Attributes map[string]any `json:"attributes"`
-	}
+	var rec vectorstore.FileRecord
 	_ = json.Unmarshal(e.Value(), &rec)
-	return rec.Attributes, rec.Status != "cancelled", nil
+	return rec.Attributes, rec.Live(), nil
 }
 
 func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg string) error {
@@ -178,54 +177,18 @@ func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg s
 	return err
 }
 
-// SearchRequest is a query on events.RetrieverQuery.
-type SearchRequest struct {
-	Tenant         string        `json:"tenant"`
-	StoreIDs       []string      `json:"vector_store_ids"`
-	Queries        []string      `json:"queries"`
-	Filter         *index.Filter `json:"filter,omitempty"`
-	Limit          int           `json:"limit"`
-	ScoreThreshold float64       `json:"score_threshold"`
-	Mode           string        `json:"mode,omitempty"`
-	// EmbeddingModel embeds the queries for dense search; empty: keyword only.
-	EmbeddingModel string `json:"embedding_model,omitempty"`
-}
-
-// SearchHit is one result.
-type SearchHit struct {
-	StoreID     string         `json:"vector_store_id"`
-	FileID      string         `json:"file_id"`
-	ChunkIndex  int            `json:"chunk_index"`
-	Score       float64        `json:"score"`
-	Text        string         `json:"text"`
-	Pages       []int          `json:"pages,omitempty"`
-	HeadingPath []string       `json:"heading_path,omitempty"`
-	Attributes  map[string]any `json:"attributes,omitempty"`
-}
-
-// SearchReply answers a SearchRequest.
-type SearchReply struct {
-	Hits  []SearchHit `json:"hits"`
-	Error *struct {
-		Status  int    `json:"status"`
-		Message string `json:"message"`
-		Param   string `json:"param,omitempty"`
-	} `json:"error,omitempty"`
-}
-
 func (s *Service) answer(ctx context.Context, m *nats.Msg) {
-	var req SearchRequest
-	reply := SearchReply{}
+	var req query.SearchRequest
+	reply := query.SearchReply{}
 	fail := func(status int, msg, param string) {
-		reply.Error = &struct {
-			Status  int    `json:"status"`
-			Message string `json:"message"`
-			Param   string `json:"param,omitempty"`
-		}{status, msg, param}
+		reply.Error = &query.SearchError{Status: status, Message: msg, Param: param}
 	}
+	var filter *index.Filter
 	if err := json.Unmarshal(m.Data, &req); err != nil || req.Tenant == "" {
 		fail(400, "malformed search request", "")
-	} else if hits, err := s.search(ctx, req); err != nil {
+	} else if filter, err = decodeFilter(req.Filter); err != nil {
+		fail(400, "malformed filters: "+err.Error(), "filters")
+	} else if hits, err := s.search(ctx, req, filter); err != nil {
 		if errors.Is(err, index.ErrInvalid) {
 			fail(400, err.Error(), "filters")
 		} else {
@@ -239,7 +202,19 @@ func (s *Service) answer(ctx context.Context, m *nats.Msg) {
 	_ = m.Respond(b)
 }
 
-func (s *Service) search(ctx context.Context, req SearchRequest) ([]SearchHit, error) {
+// decodeFilter reads OpenAI's attribute filter; nil when there is none.
+func decodeFilter(raw json.RawMessage) (*index.Filter, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var f index.Filter
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func (s *Service) search(ctx context.Context, req query.SearchRequest, filter *index.Filter) ([]query.SearchHit, error) {
 	text := ""
 	for i, q := range req.Queries {
 		if i > 0 {
@@ -248,7 +223,7 @@ func (s *Service) search(ctx context.Context, req SearchRequest) ([]SearchHit, e
 		text += q
 	}
 	terms, _ := s.analyzer.TermFreqs(text)
-	q := index.Query{Tenant: req.Tenant, StoreIDs: req.StoreIDs, Terms: terms, Filter: req.Filter, Limit: req.Limit,
+	q := index.Query{Tenant: req.Tenant, StoreIDs: req.StoreIDs, Terms: terms, Filter: filter, Limit: req.Limit,
 		Mode: req.Mode, ScoreThreshold: req.ScoreThreshold}
 	if req.EmbeddingModel != "" {
 		v, err := s.embedQuery(ctx, req.Tenant, req.EmbeddingModel, text)
@@ -266,10 +241,10 @@ func (s *Service) search(ctx context.Context, req SearchRequest) ([]SearchHit, e
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SearchHit, 0, len(hits))
+	out := make([]query.SearchHit, 0, len(hits))
 	for _, h := range hits {
 		c := h.Chunk
-		out = append(out, SearchHit{StoreID: c.StoreID, FileID: c.FileID, ChunkIndex: c.Index, Score: h.Score, Text: c.Text,
+		out = append(out, query.SearchHit{StoreID: c.StoreID, FileID: c.FileID, ChunkIndex: c.Index, Score: h.Score, Text: c.Text,
 			Pages: c.Pages, HeadingPath: c.HeadingPath, Attributes: c.Attributes})
 	}
 	return out, nil

@@ -13,19 +13,19 @@
 // twice.
 //
 // Queries are core NATS requests on events.UsageQuery (queue group
-// "usage"), a JSON QueryRequest {"op","scope","query","from","to"}:
+// "usage"), a JSON query.UsageRequest {"op","scope","query","from","to"}:
 //
 //   - completions, embeddings, costs: query is the raw URL query string of
 //     OpenAI's GET /v1/organization/usage/completions, .../embeddings or
 //     /v1/organization/costs; the reply is OpenAI's page body.
 //   - audit: from (required) and to, unix seconds; the reply is an
-//     AuditReply.
+//     query.AuditReply.
 //   - ledger: the minute buckets whose minute starts in [from, to), a
-//     LedgerReply.
-//   - prices: the price histories and discounts in force, a PricesReply.
+//     query.LedgerReply.
+//   - prices: the price histories and discounts in force, a query.PricesReply.
 //
 // scope, when set, restricts any op to one tenant. A failure is an
-// ErrorReply: OpenAI's {"error":{...}} plus "status", the HTTP status to
+// query.ErrorReply: OpenAI's {"error":{...}} plus "status", the HTTP status to
 // answer with. Every reply carries the header Aiforge-Usage-Reply; use
 // Request, which waits for it (the USAGE stream also answers, see Request).
 package usage
@@ -62,7 +62,6 @@ const (
 	DefaultAuditStallTimeout   = 10 * time.Second
 	defaultIdleWait            = 100 * time.Millisecond
 	snapshotBucketDescription  = "usage ledger snapshots: buckets, seen event ids and the last folded USAGE sequence"
-	replyHeader                = "Aiforge-Usage-Reply"
 	maxQueryRequestBytes       = 64 << 10
 	defaultLedgerDumpMaxBucket = 200_000
 )

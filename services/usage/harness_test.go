@@ -16,6 +16,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
 	"github.com/aiforge/aiforge/pkg/natstest"
+	"github.com/aiforge/aiforge/pkg/query"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -347,31 +348,31 @@ func waitFolded(t testing.TB, s *Service, seq uint64) {
 }
 
 // query asks the service over the bus and returns the raw reply.
-func (h *harness) query(req QueryRequest) []byte {
+func (h *harness) query(req query.UsageRequest) []byte {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := Request(ctx, h.nc, req)
+	b, err := query.AskUsage(ctx, h.nc, req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return b
 }
 
-func (h *harness) audit(from, to time.Time) AuditReply {
+func (h *harness) audit(from, to time.Time) query.AuditReply {
 	h.t.Helper()
-	b := h.query(QueryRequest{Op: OpAudit, From: from.Unix(), To: to.Unix()})
-	var rep AuditReply
+	b := h.query(query.UsageRequest{Op: query.OpAudit, From: from.Unix(), To: to.Unix()})
+	var rep query.AuditReply
 	if err := json.Unmarshal(b, &rep); err != nil || rep.To == 0 {
 		h.t.Fatalf("audit reply %s: %v", b, err)
 	}
 	return rep
 }
 
-func (h *harness) ledgerDump(from, to time.Time, scope string) LedgerReply {
+func (h *harness) ledgerDump(from, to time.Time, scope string) query.LedgerReply {
 	h.t.Helper()
-	b := h.query(QueryRequest{Op: OpLedger, From: from.Unix(), To: to.Unix(), Scope: scope})
-	var rep LedgerReply
+	b := h.query(query.UsageRequest{Op: query.OpLedger, From: from.Unix(), To: to.Unix(), Scope: scope})
+	var rep query.LedgerReply
 	if err := json.Unmarshal(b, &rep); err != nil || rep.Object != "list" {
 		h.t.Fatalf("ledger reply %s: %v", b, err)
 	}

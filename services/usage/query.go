@@ -14,88 +14,8 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
-	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/query"
 )
-
-// Query ops.
-const (
-	OpCompletions = "completions"
-	OpEmbeddings  = "embeddings"
-	OpCosts       = "costs"
-	OpAudit       = "audit"
-	OpLedger      = "ledger"
-	OpPrices      = "prices"
-)
-
-// QueryRequest is the JSON body of a request on events.UsageQuery.
-type QueryRequest struct {
-	// Op is completions, embeddings, costs, audit, ledger or prices.
-	Op string `json:"op"`
-	// Scope restricts everything to one tenant; empty means all tenants.
-	Scope string `json:"scope,omitempty"`
-	// Query is the raw URL query string of the OpenAI endpoint
-	// (completions, embeddings, costs).
-	Query string `json:"query,omitempty"`
-	// From and To are unix seconds (audit, ledger): buckets whose minute
-	// starts in [From, To). To defaults to now.
-	From int64 `json:"from,omitempty"`
-	To   int64 `json:"to,omitempty"`
-}
-
-// ErrorReply is the reply to a failed query: OpenAI's error body plus the
-// HTTP status the edge should answer with.
-type ErrorReply struct {
-	Error  ErrorBody `json:"error"`
-	Status int       `json:"status"`
-}
-
-// ErrorBody is OpenAI's error object; empty param and code are null.
-type ErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func errorReply(e *contracts.Error) ErrorReply {
-	r := ErrorReply{Error: ErrorBody{Message: e.Message, Type: e.Type}, Status: e.Status}
-	if e.Param != "" {
-		r.Error.Param = &e.Param
-	}
-	if e.Code != "" {
-		r.Error.Code = &e.Code
-	}
-	return r
-}
-
-// AuditReply is the reply to an audit.
-type AuditReply struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
-	// LastSeq is the stream sequence both sides folded up to.
-	LastSeq         uint64              `json:"last_seq"`
-	EventsReplayed  int64               `json:"events_replayed"`
-	BucketsCompared int                 `json:"buckets_compared"`
-	Differences     []ledger.Difference `json:"differences"`
-	ReplaySeconds   float64             `json:"replay_seconds"`
-	EventsPerSecond float64             `json:"events_per_second"`
-}
-
-// LedgerReply is the reply to a ledger dump: minute buckets in order.
-type LedgerReply struct {
-	Object  string          `json:"object"`
-	From    int64           `json:"from"`
-	To      int64           `json:"to"`
-	LastSeq uint64          `json:"last_seq"`
-	Data    []ledger.Bucket `json:"data"`
-}
-
-// PricesReply is the reply to a prices query.
-type PricesReply struct {
-	Object    string                  `json:"object"`
-	Data      []registry.PriceHistory `json:"data"`
-	Discounts map[string]float64      `json:"discounts"`
-}
 
 func (s *Service) onQuery(ctx context.Context) nats.MsgHandler {
 	return func(m *nats.Msg) {
@@ -106,7 +26,7 @@ func (s *Service) onQuery(ctx context.Context) nats.MsgHandler {
 		case s.querySem <- struct{}{}:
 		default:
 			s.m.queries.WithLabelValues("unknown", "503").Inc()
-			s.respond(m, "unknown", errorReply(&contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer,
+			s.respond(m, "unknown", query.NewErrorReply(&contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer,
 				Code: contracts.CodeOverloaded, Message: "The usage service is answering too many queries. Retry shortly."}))
 			return
 		}
@@ -120,13 +40,13 @@ func (s *Service) onQuery(ctx context.Context) nats.MsgHandler {
 		go func() {
 			defer s.qwg.Done()
 			defer func() { <-s.querySem }()
-			var req QueryRequest
+			var req query.UsageRequest
 			if len(m.Data) > maxQueryRequestBytes {
-				s.respond(m, "unknown", errorReply(contracts.ErrBodyTooLarge(maxQueryRequestBytes)))
+				s.respond(m, "unknown", query.NewErrorReply(contracts.ErrBodyTooLarge(maxQueryRequestBytes)))
 				return
 			}
 			if err := json.Unmarshal(m.Data, &req); err != nil {
-				s.respond(m, "unknown", errorReply(contracts.ErrBadRequest("", contracts.CodeInvalidJSON,
+				s.respond(m, "unknown", query.NewErrorReply(contracts.ErrBadRequest("", contracts.CodeInvalidJSON,
 					"The usage query is not valid JSON: "+err.Error())))
 				return
 			}
@@ -140,56 +60,56 @@ func (s *Service) onQuery(ctx context.Context) nats.MsgHandler {
 func (s *Service) respond(m *nats.Msg, op string, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		body, _ = json.Marshal(errorReply(contracts.ErrInternal("could not encode the reply")))
+		body, _ = json.Marshal(query.NewErrorReply(contracts.ErrInternal("could not encode the reply")))
 	}
 	status := http.StatusOK
-	if e, ok := v.(ErrorReply); ok {
+	if e, ok := v.(query.ErrorReply); ok {
 		status = e.Status
 	}
 	if limit := s.deps.NC.MaxPayload(); int64(len(body)) > limit-1024 {
 		param := "limit"
-		if op == OpLedger || op == OpAudit {
+		if op == query.OpLedger || op == query.OpAudit {
 			param = "from"
 		}
-		e := errorReply(contracts.ErrBadRequest(param, contracts.CodeInvalidRequest,
+		e := query.NewErrorReply(contracts.ErrBadRequest(param, contracts.CodeInvalidRequest,
 			fmt.Sprintf("The answer (%d bytes) exceeds the bus message limit (%d bytes): narrow the range, lower limit or group less.", len(body), limit)))
 		status = e.Status
 		body, _ = json.Marshal(e)
 	}
 	switch op {
-	case OpCompletions, OpEmbeddings, OpCosts, OpAudit, OpLedger, OpPrices:
+	case query.OpCompletions, query.OpEmbeddings, query.OpCosts, query.OpAudit, query.OpLedger, query.OpPrices:
 	default:
 		op = "unknown" // bounded label values
 	}
 	s.m.queries.WithLabelValues(op, fmt.Sprint(status)).Inc()
 	r := nats.NewMsg(m.Reply)
-	r.Header.Set(replyHeader, "1")
+	r.Header.Set(query.UsageReplyHeader, "1")
 	r.Data = body
 	if err := s.deps.NC.PublishMsg(r); err != nil {
 		s.log.Warn("usage query reply not sent", "op", op, "err", err)
 	}
 }
 
-// Answer answers one query: the value to send as JSON (an ErrorReply on
+// Answer answers one query: the value to send as JSON (an query.ErrorReply on
 // failure).
-func (s *Service) Answer(ctx context.Context, req QueryRequest) any {
+func (s *Service) Answer(ctx context.Context, req query.UsageRequest) any {
 	switch req.Op {
-	case OpCompletions, OpEmbeddings, OpCosts:
+	case query.OpCompletions, query.OpEmbeddings, query.OpCosts:
 		q, perr := ledger.ParseQuery(ledger.Report(req.Op), req.Query, s.now())
 		if perr != nil {
-			return errorReply(perr)
+			return query.NewErrorReply(perr)
 		}
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		body, err := s.led.ReportJSON(q, req.Scope)
 		if err != nil {
-			return errorReply(contracts.ErrInternal(err.Error()))
+			return query.NewErrorReply(contracts.ErrInternal(err.Error()))
 		}
 		return json.RawMessage(body)
-	case OpLedger:
+	case query.OpLedger:
 		from, to, perr := s.span(req)
 		if perr != nil {
-			return errorReply(perr)
+			return query.NewErrorReply(perr)
 		}
 		s.mu.RLock()
 		defer s.mu.RUnlock()
@@ -197,37 +117,37 @@ func (s *Service) Answer(ctx context.Context, req QueryRequest) any {
 		if data == nil {
 			data = []ledger.Bucket{}
 		}
-		return LedgerReply{Object: "list", From: from.Unix(), To: to.Unix(), LastSeq: s.led.LastSeq(), Data: data}
-	case OpPrices:
+		return query.LedgerReply{Object: "list", From: from.Unix(), To: to.Unix(), LastSeq: s.led.LastSeq(), Data: data}
+	case query.OpPrices:
 		pb := s.prices.Load()
-		return PricesReply{Object: "list", Data: pb.Histories(), Discounts: pb.Discounts()}
-	case OpAudit:
+		return query.PricesReply{Object: "list", Data: pb.Histories(), Discounts: pb.Discounts()}
+	case query.OpAudit:
 		if req.From == 0 {
-			return errorReply(contracts.ErrBadRequest("from", contracts.CodeMissingParam, "Missing required parameter: 'from'."))
+			return query.NewErrorReply(contracts.ErrBadRequest("from", contracts.CodeMissingParam, "Missing required parameter: 'from'."))
 		}
 		from, to, perr := s.span(req)
 		if perr != nil {
-			return errorReply(perr)
+			return query.NewErrorReply(perr)
 		}
 		select {
 		case s.auditSem <- struct{}{}:
 			defer func() { <-s.auditSem }()
 		case <-ctx.Done():
-			return errorReply(contracts.ErrShuttingDown())
+			return query.NewErrorReply(contracts.ErrShuttingDown())
 		}
 		rep, err := s.Audit(ctx, from, to, req.Scope)
 		if err != nil {
 			s.m.audits.WithLabelValues("error").Inc()
 			s.log.Warn("audit failed", "from", from, "to", to, "err", err)
-			return errorReply(contracts.ErrInternal("The audit failed: " + err.Error()))
+			return query.NewErrorReply(contracts.ErrInternal("The audit failed: " + err.Error()))
 		}
 		return rep
 	}
-	return errorReply(contracts.ErrBadRequest("op", contracts.CodeInvalidRequest,
+	return query.NewErrorReply(contracts.ErrBadRequest("op", contracts.CodeInvalidRequest,
 		fmt.Sprintf("Invalid 'op': %q. Supported values are completions, embeddings, costs, audit, ledger, prices.", req.Op)))
 }
 
-func (s *Service) span(req QueryRequest) (from, to time.Time, perr *contracts.Error) {
+func (s *Service) span(req query.UsageRequest) (from, to time.Time, perr *contracts.Error) {
 	if req.From < 0 {
 		return from, to, contracts.ErrBadRequest("from", contracts.CodeInvalidRequest, "Invalid 'from': must not be negative.")
 	}
@@ -246,7 +166,7 @@ func (s *Service) span(req QueryRequest) (from, to time.Time, perr *contracts.Er
 // after from − LateMargin up to the sequence the live ledger has folded,
 // recomputes a ledger with the live price book, and compares the buckets
 // whose minute starts in [from, to) (of tenant scope, when not empty).
-func (s *Service) Audit(ctx context.Context, from, to time.Time, scope string) (AuditReply, error) {
+func (s *Service) Audit(ctx context.Context, from, to time.Time, scope string) (query.AuditReply, error) {
 	start := time.Now()
 	s.mu.RLock()
 	upTo := s.led.LastSeq()
@@ -262,14 +182,14 @@ func (s *Service) Audit(ctx context.Context, from, to time.Time, scope string) (
 			}
 		})
 	if err != nil {
-		return AuditReply{}, err
+		return query.AuditReply{}, err
 	}
 	took := time.Since(start)
 	diffs, compared := ledger.Compare(stored, re.Clone(from, to, scope, false), from, to)
 	if diffs == nil {
 		diffs = []ledger.Difference{}
 	}
-	rep := AuditReply{
+	rep := query.AuditReply{
 		From: from.Unix(), To: to.Unix(), LastSeq: upTo, EventsReplayed: n, BucketsCompared: compared,
 		Differences: diffs, ReplaySeconds: took.Seconds(),
 	}

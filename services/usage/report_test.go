@@ -12,6 +12,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
+	"github.com/aiforge/aiforge/pkg/query"
 )
 
 // Reports are parsed with the official OpenAI Go SDK's response types and
@@ -70,7 +71,7 @@ func TestReportsOverTheBus(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					raw := h.query(QueryRequest{Op: OpCompletions, Scope: scope, Query: v.Encode()})
+					raw := h.query(query.UsageRequest{Op: query.OpCompletions, Scope: scope, Query: v.Encode()})
 					var res openai.AdminOrganizationUsageCompletionsResponse
 					if err := json.Unmarshal(raw, &res); err != nil {
 						t.Fatalf("%s: %v: %s", name, err, raw)
@@ -107,7 +108,7 @@ func TestReportsOverTheBus(t *testing.T) {
 					ep := openai.AdminOrganizationUsageEmbeddingsParams{StartTime: start, EndTime: openai.Int(end), GroupBy: gb,
 						BucketWidth: openai.AdminOrganizationUsageEmbeddingsParamsBucketWidth(bw), Limit: p.Limit, Page: p.Page}
 					ev, _ := ep.URLQuery()
-					raw = h.query(QueryRequest{Op: OpEmbeddings, Scope: scope, Query: ev.Encode()})
+					raw = h.query(query.UsageRequest{Op: query.OpEmbeddings, Scope: scope, Query: ev.Encode()})
 					var er openai.AdminOrganizationUsageEmbeddingsResponse
 					if err := json.Unmarshal(raw, &er); err != nil {
 						t.Fatal(err)
@@ -155,7 +156,7 @@ func TestReportsOverTheBus(t *testing.T) {
 			days := 0
 			for {
 				v, _ := p.URLQuery()
-				raw := h.query(QueryRequest{Op: OpCosts, Scope: scope, Query: v.Encode()})
+				raw := h.query(query.UsageRequest{Op: query.OpCosts, Scope: scope, Query: v.Encode()})
 				var res openai.AdminOrganizationUsageCostsResponse
 				if err := json.Unmarshal(raw, &res); err != nil {
 					t.Fatal(err)
@@ -185,16 +186,16 @@ func TestReportsOverTheBus(t *testing.T) {
 
 	// Bad parameters: OpenAI-shaped 400s naming the parameter.
 	for _, c := range []struct{ op, query, param string }{
-		{OpCompletions, "bucket_width=1d", "start_time"},
-		{OpCompletions, fmt.Sprintf("start_time=%d&bucket_width=2h", start), "bucket_width"},
-		{OpCompletions, fmt.Sprintf("start_time=%d&limit=32", start), "limit"},
-		{OpEmbeddings, fmt.Sprintf("start_time=%d&bucket_width=1m&limit=1441", start), "limit"},
-		{OpCosts, fmt.Sprintf("start_time=%d&bucket_width=1h", start), "bucket_width"},
-		{OpCompletions, fmt.Sprintf("start_time=%d&group_by=user_id", start), "group_by"},
-		{OpCompletions, fmt.Sprintf("start_time=%d&page=bogus", start), "page"},
+		{query.OpCompletions, "bucket_width=1d", "start_time"},
+		{query.OpCompletions, fmt.Sprintf("start_time=%d&bucket_width=2h", start), "bucket_width"},
+		{query.OpCompletions, fmt.Sprintf("start_time=%d&limit=32", start), "limit"},
+		{query.OpEmbeddings, fmt.Sprintf("start_time=%d&bucket_width=1m&limit=1441", start), "limit"},
+		{query.OpCosts, fmt.Sprintf("start_time=%d&bucket_width=1h", start), "bucket_width"},
+		{query.OpCompletions, fmt.Sprintf("start_time=%d&group_by=user_id", start), "group_by"},
+		{query.OpCompletions, fmt.Sprintf("start_time=%d&page=bogus", start), "page"},
 	} {
-		raw := h.query(QueryRequest{Op: c.op, Query: c.query})
-		var er ErrorReply
+		raw := h.query(query.UsageRequest{Op: c.op, Query: c.query})
+		var er query.ErrorReply
 		if err := json.Unmarshal(raw, &er); err != nil || er.Status != 400 || er.Error.Param == nil || *er.Error.Param != c.param ||
 			er.Error.Type != "invalid_request_error" || er.Error.Message == "" || er.Error.Code == nil {
 			t.Errorf("%s?%s: %s", c.op, c.query, raw)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
 	"github.com/aiforge/aiforge/pkg/registry"
@@ -35,6 +35,9 @@ type Service struct {
 
 	prices atomic.Pointer[ledger.PriceBook]
 	limits atomic.Pointer[limitsView]
+	// rebuildMu orders rebuilds of prices and limits, so the last one
+	// published reads the newest state of the view.
+	rebuildMu sync.Mutex
 
 	obs     jetstream.ObjectStore
 	settler *settler
@@ -192,161 +195,54 @@ func (s *Service) Run(ctx context.Context) error {
 	return foldErr
 }
 
-// watchRegistry starts the price, key and tenant watchers and waits until
-// each has delivered its initial state, so the first event is costed and
-// settled with the prices and budgets in force.
+// watchRegistry follows the registry and the catalog through a directory
+// view and waits until it has delivered its initial state, so the first
+// event is costed and settled with the prices and budgets in force. The
+// price book and the limits are rebuilt from the view on every change.
 func (s *Service) watchRegistry(ctx, bg context.Context, wg *sync.WaitGroup, store *registry.Store) error {
-	initial := make(chan struct{}, 4)
-	errs := make(chan error, 4)
-	signal := func(done *bool) {
-		if !*done {
-			*done = true
-			initial <- struct{}{}
-		}
+	cat, err := catalog.Open(ctx, s.deps.JS)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
 	}
-	run := func(name string, watch func(context.Context) error) {
-		wg.Go(func() {
-			if err := watch(bg); err != nil {
-				errs <- fmt.Errorf("usage: watch %s: %w", name, err)
-			}
-		})
+	var view *directory.View
+	view = directory.New(store, cat, directory.Options{Logger: s.log, OnChange: func(c directory.Change) {
+		switch c.Kind {
+		case directory.KindPrice, directory.KindCatalog:
+			s.rebuildPrices(view)
+		case directory.KindKey, directory.KindTenant:
+			s.rebuildLimits(view)
+		}
+	}})
+	wg.Go(func() { _ = view.Run(bg) })
+	if err := view.WaitSynced(ctx); err != nil {
+		return err
 	}
-
-	// The price book holds the registered price histories, plus, for each
-	// LoRA adapter of the catalog without a price of its own, its base
-	// model's history under the adapter's name: an adapter is billed like
-	// its base unless priced separately.
-	var pmu sync.Mutex                           // prices and adapters are watched on two goroutines
-	prices := map[string]registry.PriceHistory{} // KV key → history
-	adapters := map[string]string{}              // catalog KV key → "adapter\x00base"
-	var pricesDone, adaptersDone bool
-	rebuild := func() {
-		byModel := make(map[string]registry.PriceHistory, len(prices)+len(adapters))
-		for _, h := range prices {
-			byModel[h.Model] = h
-		}
-		for _, ab := range adapters {
-			name, base, _ := strings.Cut(ab, "\x00")
-			if _, own := byModel[name]; own {
-				continue
-			}
-			for _, h := range prices {
-				if h.Model == base {
-					byModel[name] = registry.PriceHistory{Model: name, Prices: h.Prices}
-				}
-			}
-		}
-		hs := make([]registry.PriceHistory, 0, len(byModel))
-		for _, h := range byModel {
-			hs = append(hs, h)
-		}
-		s.prices.Store(ledger.NewPriceBook(hs, s.cfg.Discounts))
-	}
-	run("prices", func(c context.Context) error {
-		return store.WatchPrices(c, func(ch registry.Change[registry.PriceHistory], initialDone bool) {
-			pmu.Lock()
-			defer pmu.Unlock()
-			switch {
-			case initialDone:
-			case ch.Deleted:
-				delete(prices, ch.Key)
-			default:
-				prices[ch.Key] = ch.Value
-			}
-			if initialDone || pricesDone {
-				rebuild()
-				signal(&pricesDone)
-			}
-		})
-	})
-	run("catalog", func(c context.Context) error {
-		cat, err := catalog.Open(c, s.deps.JS)
-		if err != nil {
-			return err
-		}
-		return cat.Watch(c, func(key string, e catalog.Entry, deleted, initialDone bool) {
-			pmu.Lock()
-			defer pmu.Unlock()
-			switch {
-			case initialDone:
-			case deleted:
-				delete(adapters, key)
-			case e.Kind == events.ModelKindAdapter:
-				adapters[key] = e.Name + "\x00" + e.BaseModel
-			}
-			if initialDone || adaptersDone {
-				rebuild()
-				signal(&adaptersDone)
-			}
-		})
-	})
-
-	var lmu sync.Mutex // keys and tenants are watched on two goroutines
-	keys := map[string]registry.Limits{}
-	tenants := map[string]registry.Limits{}
-	var keysDone, tenantsDone bool
-	publish := func() {
-		lv := &limitsView{keys: make(map[string]registry.Limits, len(keys)), tenants: make(map[string]registry.Limits, len(tenants))}
-		for k, v := range keys {
-			lv.keys[k] = v
-		}
-		for k, v := range tenants {
-			lv.tenants[k] = v
-		}
-		s.limits.Store(lv)
-	}
-	run("keys", func(c context.Context) error {
-		return store.WatchKeys(c, func(ch registry.Change[registry.Key], initialDone bool) {
-			lmu.Lock()
-			defer lmu.Unlock()
-			switch {
-			case initialDone:
-			case ch.Deleted:
-				delete(keys, ch.Key)
-			default:
-				keys[ch.Value.ID] = ch.Value.Limits
-			}
-			if initialDone || keysDone {
-				publish()
-				signal(&keysDone)
-			}
-		})
-	})
-	run("tenants", func(c context.Context) error {
-		return store.WatchTenants(c, func(ch registry.Change[registry.Tenant], initialDone bool) {
-			lmu.Lock()
-			defer lmu.Unlock()
-			switch {
-			case initialDone:
-			case ch.Deleted:
-				delete(tenants, tenantOfKVKey(ch.Key))
-			default:
-				tenants[ch.Value.ID] = ch.Value.Limits
-			}
-			if initialDone || tenantsDone {
-				publish()
-				signal(&tenantsDone)
-			}
-		})
-	})
-	for range 4 {
-		select {
-		case <-initial:
-		case err := <-errs:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	s.rebuildPrices(view)
+	s.rebuildLimits(view)
 	return nil
 }
 
-// tenantOfKVKey maps a tenant record's KV key ("t.<id>") to the id.
-func tenantOfKVKey(k string) string {
-	if len(k) > 2 && k[:2] == "t." {
-		return k[2:]
+// rebuildPrices publishes the price book of the view's prices (an adapter
+// without a price of its own is billed like its base).
+func (s *Service) rebuildPrices(v *directory.View) {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	s.prices.Store(ledger.NewPriceBook(v.Prices(), s.cfg.Discounts))
+}
+
+// rebuildLimits publishes the budgets of the view's keys and tenants.
+func (s *Service) rebuildLimits(v *directory.View) {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	keys, tenants := v.Keys(), v.Tenants()
+	lv := &limitsView{keys: make(map[string]registry.Limits, len(keys)), tenants: make(map[string]registry.Limits, len(tenants))}
+	for _, k := range keys {
+		lv.keys[k.ID] = k.Limits
 	}
-	return k
+	for _, t := range tenants {
+		lv.tenants[t.ID] = t.Limits
+	}
+	s.limits.Store(lv)
 }
 
 // loadSnapshot replaces the ledger with the newest snapshot, if any.

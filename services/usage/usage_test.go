@@ -13,6 +13,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/ledger"
+	"github.com/aiforge/aiforge/pkg/query"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -276,8 +277,8 @@ func TestPricesAndDiscounts(t *testing.T) {
 		}
 	}
 	// prices op: histories and discounts in force
-	var pr PricesReply
-	if err := json.Unmarshal(h.query(QueryRequest{Op: OpPrices}), &pr); err != nil {
+	var pr query.PricesReply
+	if err := json.Unmarshal(h.query(query.UsageRequest{Op: query.OpPrices}), &pr); err != nil {
 		t.Fatal(err)
 	}
 	if len(pr.Data) != 3 || pr.Discounts[events.EndpointCompletions] != 0.5 {
@@ -289,7 +290,7 @@ func TestPricesAndDiscounts(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := json.Unmarshal(h.query(QueryRequest{Op: OpPrices}), &pr); err != nil {
+		if err := json.Unmarshal(h.query(query.UsageRequest{Op: query.OpPrices}), &pr); err != nil {
 			t.Fatal(err)
 		}
 		if len(pr.Data) == 4 {
@@ -308,13 +309,13 @@ func TestPricesAndDiscounts(t *testing.T) {
 func TestQueryBesideStreamAck(t *testing.T) {
 	h := newHarness(t)
 	r := h.start(Config{}, nil)
-	b := h.query(QueryRequest{Op: OpPrices})
-	var pr PricesReply
+	b := h.query(query.UsageRequest{Op: query.OpPrices})
+	var pr query.PricesReply
 	if err := json.Unmarshal(b, &pr); err != nil || pr.Object != "list" {
 		t.Fatalf("reply %s", b)
 	}
-	b = h.query(QueryRequest{Op: "nope"})
-	var er ErrorReply
+	b = h.query(query.UsageRequest{Op: "nope"})
+	var er query.ErrorReply
 	if err := json.Unmarshal(b, &er); err != nil || er.Status != 400 || er.Error.Param == nil || *er.Error.Param != "op" {
 		t.Fatalf("bad op reply %s", b)
 	}
@@ -339,8 +340,8 @@ func TestAuditOfAnEmptyWindow(t *testing.T) {
 		t.Fatalf("audit of the future: %+v", rep)
 	}
 	// from is required; to must follow from
-	for _, req := range []QueryRequest{{Op: OpAudit}, {Op: OpAudit, From: 100, To: 50}, {Op: OpLedger, From: 100, To: 100}} {
-		var er ErrorReply
+	for _, req := range []query.UsageRequest{{Op: query.OpAudit}, {Op: query.OpAudit, From: 100, To: 50}, {Op: query.OpLedger, From: 100, To: 100}} {
+		var er query.ErrorReply
 		if err := json.Unmarshal(h.query(req), &er); err != nil || er.Status != 400 || er.Error.Param == nil {
 			t.Fatalf("%+v: %+v", req, er)
 		}

@@ -1,4 +1,4 @@
-package edge
+package models
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func (s *Service) getModelFile(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("version", contracts.CodeInvalidRequest, fmt.Sprintf("Version %q is not a version number.", vs)))
 		return
 	}
-	e, err := s.catalog.Get(r.Context(), name)
+	e, err := s.d.Catalog.Get(r.Context(), name)
 	if err != nil {
 		s.catalogError(w, err, "Model '"+name+"'")
 		return
@@ -77,9 +77,9 @@ func (s *Service) getModelFile(w http.ResponseWriter, r *http.Request) {
 		body io.ReadCloser
 	)
 	if r.Method == http.MethodHead {
-		info, err = s.deps.Objects.Stat(r.Context(), key)
+		info, err = s.d.Objects.Stat(r.Context(), key)
 	} else {
-		body, info, err = s.deps.Objects.Get(r.Context(), key)
+		body, info, err = s.d.Objects.Get(r.Context(), key)
 	}
 	if errors.Is(err, objstore.ErrNotFound) {
 		s.log.Warn("published model file missing from object storage", "model", name, "version", n, "path", f.Path)

@@ -1,4 +1,8 @@
-package edge
+// Package reports serves usage reports, the usage export and corrections.
+// Reports are answered by the usage service over the bus (pkg/query); the
+// edge authenticates, scopes a tenant key to its own tenant (project) and
+// forwards. The admin key sees every tenant.
+package reports
 
 import (
 	"bufio"
@@ -6,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,17 +20,50 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/query"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
-// Usage reports are answered by the usage service over the bus; the edge
-// authenticates, scopes a tenant key to its own tenant (project) and
-// forwards. The admin key sees every tenant.
-func (s *Service) reportRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/organization/usage/completions", s.report("completions"))
-	mux.HandleFunc("GET /v1/organization/usage/embeddings", s.report("embeddings"))
-	mux.HandleFunc("GET /v1/organization/costs", s.report("costs"))
-	mux.HandleFunc("POST /admin/v1/usage/audit", s.admin(s.adminUsage("audit")))
-	mux.HandleFunc("GET /admin/v1/usage/ledger", s.admin(s.adminUsage("ledger")))
+// Deps are what the reports need.
+type Deps struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Keys authenticates tenant keys.
+	Keys       httpapi.Keys
+	AdminKey   string
+	Logger     *slog.Logger
+	InstanceID string
+	// ReportTimeout bounds the wait for a usage report, AuditTimeout for
+	// an audit or a ledger dump. Defaults 30s and 5m.
+	ReportTimeout, AuditTimeout time.Duration
+}
+
+// Service serves the reports.
+type Service struct {
+	d   Deps
+	log *slog.Logger
+}
+
+// New builds the reports API.
+func New(d Deps) *Service {
+	if d.ReportTimeout <= 0 {
+		d.ReportTimeout = 30 * time.Second
+	}
+	if d.AuditTimeout <= 0 {
+		d.AuditTimeout = 5 * time.Minute
+	}
+	return &Service{d: d, log: d.Logger}
+}
+
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Admin(s.d.AdminKey, h) }
+
+// Routes mounts the usage reports, export and corrections.
+func (s *Service) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/organization/usage/completions", s.report(query.OpCompletions))
+	mux.HandleFunc("GET /v1/organization/usage/embeddings", s.report(query.OpEmbeddings))
+	mux.HandleFunc("GET /v1/organization/costs", s.report(query.OpCosts))
+	mux.HandleFunc("POST /admin/v1/usage/audit", s.admin(s.adminUsage(query.OpAudit)))
+	mux.HandleFunc("GET /admin/v1/usage/ledger", s.admin(s.adminUsage(query.OpLedger)))
 	mux.HandleFunc("GET /admin/v1/usage/events", s.admin(s.exportUsage))
 	mux.HandleFunc("POST /admin/v1/usage/corrections", s.admin(s.correctUsage))
 }
@@ -35,7 +73,7 @@ func (s *Service) reportRoutes(mux *http.ServeMux) {
 // bucket. A client-chosen correction_id makes a retried call count once.
 func (s *Service) correctUsage(w http.ResponseWriter, r *http.Request) {
 	var c events.UsageCorrectedV1
-	if !decodeAdmin(w, r, &c) {
+	if !httpapi.DecodeStrict(w, r, &c) {
 		return
 	}
 	if c.CorrectionID == "" {
@@ -45,22 +83,13 @@ func (s *Service) correctUsage(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 		return
 	}
-	env := events.Envelope{ID: c.CorrectionID, Source: s.cfg.InstanceID, Tenant: c.Tenant}
-	if _, err := events.Publish(r.Context(), s.deps.JS, c, env); err != nil {
+	env := events.Envelope{ID: c.CorrectionID, Source: s.d.InstanceID, Tenant: c.Tenant}
+	if _, err := events.Publish(r.Context(), s.d.JS, c, env); err != nil {
 		s.log.Error("publish correction", "correction_id", c.CorrectionID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The correction could not be recorded."))
 		return
 	}
-	writeJSON(w, http.StatusCreated, c)
-}
-
-// usageQuery is the request the usage service answers on events.UsageQuery.
-type usageQuery struct {
-	Op    string `json:"op"`
-	Scope string `json:"scope,omitempty"`
-	Query string `json:"query,omitempty"`
-	From  int64  `json:"from,omitempty"`
-	To    int64  `json:"to,omitempty"`
+	httpapi.WriteJSON(w, http.StatusCreated, c)
 }
 
 // report serves an OpenAI usage or costs endpoint.
@@ -71,16 +100,16 @@ func (s *Service) report(op string) http.HandlerFunc {
 			contracts.Write(w, contracts.ErrInvalidAPIKey())
 			return
 		}
-		s.askUsage(w, r, usageQuery{Op: op, Scope: scope, Query: r.URL.RawQuery}, 30*time.Second)
+		s.askUsage(w, r, query.UsageRequest{Op: op, Scope: scope, Query: r.URL.RawQuery}, s.d.ReportTimeout)
 	}
 }
 
 // reportScope: the admin key reads every tenant (""), a tenant key its own.
 func (s *Service) reportScope(r *http.Request) (string, bool) {
-	if got, ok := bearer(r); ok && constantEqual(got, s.cfg.AdminKey) {
+	if httpapi.IsAdmin(r, s.d.AdminKey) {
 		return "", true
 	}
-	if k := s.authenticateKey(r); k != nil {
+	if k := httpapi.KeyOf(s.d.Keys, r); k != nil {
 		return k.Tenant, true
 	}
 	return "", false
@@ -93,7 +122,7 @@ func (s *Service) adminUsage(op string) http.HandlerFunc {
 			contracts.Write(w, apiErr)
 			return
 		}
-		s.askUsage(w, r, usageQuery{Op: op, Scope: r.URL.Query().Get("tenant"), From: from.Unix(), To: to.Unix()}, 5*time.Minute)
+		s.askUsage(w, r, query.UsageRequest{Op: op, Scope: r.URL.Query().Get("tenant"), From: from.Unix(), To: to.Unix()}, s.d.AuditTimeout)
 	}
 }
 
@@ -136,37 +165,25 @@ func parseTime(v string) (time.Time, error) {
 
 // askUsage forwards q to the usage service and relays its answer: an OpenAI
 // page, or an error with the status the service chose.
-func (s *Service) askUsage(w http.ResponseWriter, r *http.Request, q usageQuery, timeout time.Duration) {
-	body, _ := json.Marshal(q)
+func (s *Service) askUsage(w http.ResponseWriter, r *http.Request, q query.UsageRequest, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	msg, err := s.deps.NC.RequestWithContext(ctx, events.UsageQuery, body)
+	reply, err := query.AskUsage(ctx, s.d.NC, q)
 	if err != nil {
+		why := "did not answer in time"
 		if errors.Is(err, nats.ErrNoResponders) {
-			contracts.Write(w, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeNoWorker,
-				Message: "The usage service is not running."})
-			return
+			why = "is not running"
 		}
-		contracts.Write(w, contracts.ErrEngineTimeout("The usage service did not answer in time."))
-		return
-	}
-	var probe struct {
-		Status int             `json:"status"`
-		Error  json.RawMessage `json:"error"`
-	}
-	_ = json.Unmarshal(msg.Data, &probe)
-	if len(probe.Error) > 0 {
-		status := probe.Status
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = fmt.Fprintf(w, `{"error":%s}`, probe.Error)
+		contracts.Write(w, contracts.ErrServiceUnavailable("usage", why))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(msg.Data)
+	if body, status, failed := query.UsageFailure(reply); failed {
+		w.WriteHeader(status)
+		_, _ = fmt.Fprintf(w, `{"error":%s}`, body)
+		return
+	}
+	_, _ = w.Write(reply)
 }
 
 // exportUsage streams the raw usage events of a window as CloudEvents in
@@ -181,7 +198,7 @@ func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := r.URL.Query().Get("tenant")
 	ctx := r.Context()
-	stream, err := s.deps.JS.Stream(ctx, events.StreamUsage)
+	stream, err := s.d.JS.Stream(ctx, events.StreamUsage)
 	if err != nil {
 		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
 		return

@@ -1,4 +1,4 @@
-package edge
+package models
 
 import (
 	"context"
@@ -12,12 +12,17 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
 // The catalog admin API: model versions with their verdicts, hub pulls, and
 // deployments (which catalog version a served model name runs).
 
-func (s *Service) catalogRoutes(mux *http.ServeMux) {
+// Routes mounts the model admin API and GET /v1/models.
+func (s *Service) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/models", s.listModels)
+	mux.HandleFunc("GET /v1/models/{id...}", s.getModel)
+	s.uploadRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/catalog", s.admin(s.listCatalog))
 	mux.HandleFunc("GET /admin/v1/catalog/{name...}", s.admin(s.getCatalog))
 	mux.HandleFunc("DELETE /admin/v1/catalog/{name...}", s.admin(s.deleteCatalog))
@@ -36,7 +41,7 @@ var catalogMsg = strings.NewReplacer("catalog: not found: ", "", "catalog: inval
 
 // catalogError maps the catalog's errors to API answers.
 func (s *Service) catalogError(w http.ResponseWriter, err error, what string) {
-	msg := upperFirst(catalogMsg.Replace(err.Error()))
+	msg := httpapi.UpperFirst(catalogMsg.Replace(err.Error()))
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 		contracts.Write(w, contracts.ErrNotFound(what+" not found."))
@@ -71,7 +76,7 @@ func viewEntry(e catalog.Entry) catalog.Entry {
 }
 
 func (s *Service) listCatalog(w http.ResponseWriter, r *http.Request) {
-	es, err := s.catalog.List(r.Context())
+	es, err := s.d.Catalog.List(r.Context())
 	if err != nil {
 		s.catalogError(w, err, "Catalog")
 		return
@@ -80,47 +85,47 @@ func (s *Service) listCatalog(w http.ResponseWriter, r *http.Request) {
 	for i, e := range es {
 		out[i] = viewEntry(e)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
 }
 
 func (s *Service) getCatalog(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	e, err := s.catalog.Get(r.Context(), name)
+	e, err := s.d.Catalog.Get(r.Context(), name)
 	if err != nil {
 		s.catalogError(w, err, "Model '"+name+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, viewEntry(e))
+	httpapi.WriteJSON(w, http.StatusOK, viewEntry(e))
 }
 
 func (s *Service) deleteCatalog(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ctx := context.WithoutCancel(r.Context())
-	e, err := s.catalog.Get(ctx, name)
+	e, err := s.d.Catalog.Get(ctx, name)
 	if err != nil {
 		s.catalogError(w, err, "Model '"+name+"'")
 		return
 	}
-	if err := s.catalog.Delete(ctx, name); err != nil {
+	if err := s.d.Catalog.Delete(ctx, name); err != nil {
 		s.catalogError(w, err, "Model '"+name+"'")
 		return
 	}
 	// The files go with the entry (best effort: a leftover is only space).
-	if s.deps.Objects != nil {
+	if s.d.Objects != nil {
 		for _, v := range e.Versions {
-			for info, err := range s.deps.Objects.List(ctx, v.Prefix) {
+			for info, err := range s.d.Objects.List(ctx, v.Prefix) {
 				if err != nil {
 					s.log.Warn("list model files", "model", name, "version", v.Version, "err", err)
 					break
 				}
-				if err := s.deps.Objects.Delete(ctx, info.Key); err != nil {
+				if err := s.d.Objects.Delete(ctx, info.Key); err != nil {
 					s.log.Warn("delete model file", "model", name, "version", v.Version, "err", err)
 				}
 			}
 		}
 	}
 	s.log.Info("catalog entry deleted", "model", name, "versions", len(e.Versions))
-	writeJSON(w, http.StatusOK, map[string]any{"name": name, "object": "model.catalog", "deleted": true})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "object": "model.catalog", "deleted": true})
 }
 
 var hubRepoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$`)
@@ -134,7 +139,7 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		Kind      string `json:"kind"`
 		BaseModel string `json:"base_model"`
 	}
-	if !decodeAdmin(w, r, &q) {
+	if !httpapi.DecodeStrict(w, r, &q) {
 		return
 	}
 	if q.Repo == "" {
@@ -169,25 +174,25 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 	ev := events.ModelPullRequestedV1{PullID: "pull_" + events.NewID(), Name: q.Name, Kind: q.Kind, BaseModel: q.BaseModel,
 		Repo: q.Repo, Revision: q.Revision, RequestedAt: time.Now().UTC()}
 	if err := ev.Validate(); err != nil {
-		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, upperFirst(err.Error())+"."))
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, httpapi.UpperFirst(err.Error())+"."))
 		return
 	}
 	// The pull's record first, so a client following it finds it at once;
 	// the guardian fills in the commit, the version or the failure.
-	if _, err := s.catalog.UpdatePull(r.Context(), ev.PullID, func(p *catalog.Pull) {
+	if _, err := s.d.Catalog.UpdatePull(r.Context(), ev.PullID, func(p *catalog.Pull) {
 		p.Name, p.Repo, p.Revision, p.RequestedAt = ev.Name, ev.Repo, ev.Revision, ev.RequestedAt
 	}); err != nil {
 		s.catalogError(w, err, "Pull")
 		return
 	}
-	env := events.Envelope{ID: ev.PullID, Source: s.cfg.InstanceID}
-	if _, err := events.Publish(r.Context(), s.deps.JS, ev, env); err != nil {
+	env := events.Envelope{ID: ev.PullID, Source: s.d.InstanceID}
+	if _, err := events.Publish(r.Context(), s.d.JS, ev, env); err != nil {
 		s.log.Error("publish pull request", "pull_id", ev.PullID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The pull could not be requested."))
 		return
 	}
 	s.log.Info("model pull requested", "pull_id", ev.PullID, "model", q.Name, "repo", q.Repo, "revision", q.Revision)
-	writeJSON(w, http.StatusAccepted, map[string]any{"pull_id": ev.PullID, "object": "model.pull", "name": q.Name,
+	httpapi.WriteJSON(w, http.StatusAccepted, map[string]any{"pull_id": ev.PullID, "object": "model.pull", "name": q.Name,
 		"repo": q.Repo, "revision": q.Revision, "requested_at": ev.RequestedAt})
 }
 
@@ -195,12 +200,12 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 // version it created or found (or its failure).
 func (s *Service) getPull(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	p, err := s.catalog.GetPull(r.Context(), id)
+	p, err := s.d.Catalog.GetPull(r.Context(), id)
 	if err != nil {
 		s.catalogError(w, err, "Pull '"+id+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, p)
+	httpapi.WriteJSON(w, http.StatusOK, p)
 }
 
 func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +214,7 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 		Catalog string `json:"catalog"`
 		Version int    `json:"version"`
 	}
-	if !decodeAdmin(w, r, &q) {
+	if !httpapi.DecodeStrict(w, r, &q) {
 		return
 	}
 	if q.Model == "" {
@@ -217,7 +222,7 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := catalog.ValidateName(q.Model); err != nil {
-		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeInvalidRequest, upperFirst(catalogMsg.Replace(err.Error()))))
+		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeInvalidRequest, httpapi.UpperFirst(catalogMsg.Replace(err.Error()))))
 		return
 	}
 	if q.Catalog == "" {
@@ -227,7 +232,7 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("version", contracts.CodeInvalidRequest, "version must be a version number, or 0 for the latest published one."))
 		return
 	}
-	d, err := s.catalog.Deploy(r.Context(), q.Model, q.Catalog, q.Version)
+	d, err := s.d.Catalog.Deploy(r.Context(), q.Model, q.Catalog, q.Version)
 	if err != nil {
 		what := "Model '" + q.Catalog + "'"
 		if q.Version > 0 {
@@ -237,11 +242,11 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("model deployed", "model", d.Model, "catalog", d.Catalog, "version", d.Version)
-	writeJSON(w, http.StatusOK, d)
+	httpapi.WriteJSON(w, http.StatusOK, d)
 }
 
 func (s *Service) listDeployments(w http.ResponseWriter, r *http.Request) {
-	ds, err := s.catalog.Deployments(r.Context())
+	ds, err := s.d.Catalog.Deployments(r.Context())
 	if err != nil {
 		s.catalogError(w, err, "Deployments")
 		return
@@ -249,45 +254,45 @@ func (s *Service) listDeployments(w http.ResponseWriter, r *http.Request) {
 	if ds == nil {
 		ds = []catalog.Deployment{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ds})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ds})
 }
 
 func (s *Service) getDeployment(w http.ResponseWriter, r *http.Request) {
 	model := r.PathValue("model")
-	d, err := s.catalog.Deployment(r.Context(), model)
+	d, err := s.d.Catalog.Deployment(r.Context(), model)
 	if err != nil {
 		s.catalogError(w, err, "Deployment of '"+model+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpapi.WriteJSON(w, http.StatusOK, d)
 }
 
 func (s *Service) undeploy(w http.ResponseWriter, r *http.Request) {
 	model := r.PathValue("model")
-	if err := s.catalog.Undeploy(r.Context(), model); err != nil {
+	if err := s.d.Catalog.Undeploy(r.Context(), model); err != nil {
 		s.catalogError(w, err, "Deployment of '"+model+"'")
 		return
 	}
 	s.log.Info("model undeployed", "model", model)
-	writeJSON(w, http.StatusOK, map[string]any{"model": model, "object": "model.deployment", "deleted": true})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"model": model, "object": "model.deployment", "deleted": true})
 }
 
 func (s *Service) rollback(w http.ResponseWriter, r *http.Request) {
 	var q struct {
 		Model string `json:"model"`
 	}
-	if !decodeAdmin(w, r, &q) {
+	if !httpapi.DecodeStrict(w, r, &q) {
 		return
 	}
 	if q.Model == "" {
 		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeMissingParam, "Missing required parameter: 'model'."))
 		return
 	}
-	d, err := s.catalog.Rollback(r.Context(), q.Model)
+	d, err := s.d.Catalog.Rollback(r.Context(), q.Model)
 	if err != nil {
 		s.catalogError(w, err, "Deployment of '"+q.Model+"'")
 		return
 	}
 	s.log.Info("model rolled back", "model", d.Model, "catalog", d.Catalog, "version", d.Version)
-	writeJSON(w, http.StatusOK, d)
+	httpapi.WriteJSON(w, http.StatusOK, d)
 }

@@ -1,13 +1,13 @@
-package edge
+package inference
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics follow the OpenTelemetry GenAI semantic conventions and vLLM's
+// Metrics follow the OpenTelemetry GenAI semantic conventions and vLLM's
 // names where one exists (time to first token, inter-token latency), in
 // Prometheus form, labelled by the served model name.
-type metrics struct {
+type Metrics struct {
 	requests  *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	inFlight  *prometheus.GaugeVec
@@ -22,8 +22,8 @@ var (
 	itlBuckets     = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10}
 )
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aiforge_edge_requests_total", Help: "Requests answered by the edge, by model, endpoint and HTTP status.",
 		}, []string{"model", "endpoint", "status"}),

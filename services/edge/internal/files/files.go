@@ -1,4 +1,7 @@
-package edge
+// Package files serves OpenAI's Files API: bytes in the object store under
+// the tenant's prefix, records in the files bucket under the tenant's key
+// prefix, so another tenant's file id is simply not found.
+package files
 
 import (
 	"context"
@@ -6,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
@@ -16,14 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
-	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
-
-// The Files API as OpenAI defines it. Bytes go to the object store under
-// the tenant's prefix, records to the aiforge_files bucket under the
-// tenant's key prefix: another tenant's file id is simply not found.
 
 // File is OpenAI's file object.
 type File struct {
@@ -41,8 +41,8 @@ type File struct {
 	Details   *string `json:"status_details"`
 }
 
-// fileRecord is what the bucket stores (the tenant and object key included).
-type fileRecord struct {
+// Record is what the bucket stores (the tenant and object key included).
+type Record struct {
 	File
 	Tenant    string `json:"tenant"`
 	ObjectKey string `json:"object_key"`
@@ -50,7 +50,29 @@ type fileRecord struct {
 
 var filePurposes = []string{"assistants", "user_data", "batch"}
 
-func (s *Service) fileRoutes(mux *http.ServeMux) {
+// Deps are what the Files API needs.
+type Deps struct {
+	// Objects stores the bytes; nil means storage is not configured.
+	Objects objstore.Store
+	// KV is the files bucket (events.BucketFiles).
+	KV     jetstream.KeyValue
+	Keys   httpapi.Keys
+	Logger *slog.Logger
+	// MaxFileBytes bounds one uploaded file.
+	MaxFileBytes int64
+}
+
+// Service is the Files API.
+type Service struct {
+	d   Deps
+	log *slog.Logger
+}
+
+// New builds the Files API.
+func New(d Deps) *Service { return &Service{d: d, log: d.Logger} }
+
+// Routes mounts the Files API.
+func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/files", s.tenantAPI(s.uploadFile))
 	mux.HandleFunc("GET /v1/files", s.tenantAPI(s.listFiles))
 	mux.HandleFunc("GET /v1/files/{id}", s.tenantAPI(s.getFile))
@@ -58,31 +80,13 @@ func (s *Service) fileRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/files/{id}", s.tenantAPI(s.deleteFile))
 }
 
-// tenantAPI authenticates a tenant key for the APIs that keep tenant data.
 func (s *Service) tenantAPI(h func(http.ResponseWriter, *http.Request, *registry.Key)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		k := s.authenticate(w, r)
-		if k == nil {
-			return
-		}
-		if s.deps.Objects == nil || s.filesKV == nil {
-			contracts.Write(w, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeNoWorker,
-				Message: "File storage is not configured on this server."})
-			return
-		}
-		h(w, r, k)
-	}
+	return httpapi.TenantAPI(s.d.Keys, s.d.Objects != nil, h)
 }
 
 func fileKVKey(tenant, id string) string { return tenant + "." + id }
 
-func newFileID() string { return sortableID("file-") }
-
-// sortableID starts with the creation time in microseconds, so ids created
-// in the same second still sort in creation order.
-func sortableID(prefix string) string {
-	return prefix + fmt.Sprintf("%013x", time.Now().UnixMicro()) + events.NewID()[:11]
-}
+func newFileID() string { return httpapi.SortableID("file-") }
 
 // countingReader fails once more than limit bytes were read.
 type countingReader struct {
@@ -108,7 +112,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 		contracts.Write(w, contracts.ErrBadRequest("file", contracts.CodeInvalidRequest, "Upload the file as multipart/form-data with the fields 'purpose' and 'file'."))
 		return
 	}
-	limit := s.cfg.MaxFileBytes
+	limit := s.d.MaxFileBytes
 	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
 	mr, err := r.MultipartReader()
 	if err != nil {
@@ -116,7 +120,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 		return
 	}
 	var purpose string
-	var rec *fileRecord
+	var rec *Record
 	for {
 		part, err := mr.NextPart()
 		if err == io.EOF {
@@ -147,7 +151,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 			id := newFileID()
 			key := objstore.TenantPrefix(k.Tenant) + "files/" + id
 			cr := &countingReader{r: part, limit: limit}
-			info, err := s.deps.Objects.Put(r.Context(), key, cr, -1, part.Header.Get("Content-Type"))
+			info, err := s.d.Objects.Put(r.Context(), key, cr, -1, part.Header.Get("Content-Type"))
 			if err != nil {
 				var mbe *http.MaxBytesError
 				if errors.Is(err, errFileTooLarge) || errors.As(err, &mbe) {
@@ -158,7 +162,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 				contracts.Write(w, contracts.ErrInternal("The file could not be stored."))
 				return
 			}
-			rec = &fileRecord{File: File{ID: id, Object: "file", Bytes: info.Size, CreatedAt: time.Now().Unix(), Filename: name,
+			rec = &Record{File: File{ID: id, Object: "file", Bytes: info.Size, CreatedAt: time.Now().Unix(), Filename: name,
 				Status: "processed", SHA256: info.SHA256}, Tenant: k.Tenant, ObjectKey: key}
 		}
 		_ = part.Close()
@@ -168,33 +172,34 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 		return
 	}
 	if !slices.Contains(filePurposes, purpose) {
-		_ = s.deps.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
+		_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
 		contracts.Write(w, contracts.ErrBadRequest("purpose", contracts.CodeInvalidRequest,
 			fmt.Sprintf("Invalid 'purpose' %q: expected one of %s.", purpose, strings.Join(filePurposes, ", "))))
 		return
 	}
 	rec.Purpose = purpose
 	b, _ := json.Marshal(rec)
-	if _, err := s.filesKV.Put(r.Context(), fileKVKey(k.Tenant, rec.ID), b); err != nil {
-		_ = s.deps.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
+	if _, err := s.d.KV.Put(r.Context(), fileKVKey(k.Tenant, rec.ID), b); err != nil {
+		_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
 		contracts.Write(w, contracts.ErrInternal("The file could not be recorded."))
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.File)
+	httpapi.WriteJSON(w, http.StatusOK, rec.File)
 }
 
-func (s *Service) loadFile(ctx context.Context, tenant, id string) (*fileRecord, error) {
+// Load is the file id of tenant; registry.ErrNotFound when there is none.
+func (s *Service) Load(ctx context.Context, tenant, id string) (*Record, error) {
 	if !strings.HasPrefix(id, "file-") || strings.ContainsAny(id, ".*> ") {
 		return nil, registry.ErrNotFound
 	}
-	e, err := s.filesKV.Get(ctx, fileKVKey(tenant, id))
+	e, err := s.d.KV.Get(ctx, fileKVKey(tenant, id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, registry.ErrNotFound
 		}
 		return nil, err
 	}
-	var rec fileRecord
+	var rec Record
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, err
 	}
@@ -202,31 +207,37 @@ func (s *Service) loadFile(ctx context.Context, tenant, id string) (*fileRecord,
 }
 
 func (s *Service) fileError(w http.ResponseWriter, id string, err error) {
+	WriteError(w, s.log, id, err)
+}
+
+// WriteError answers a failure to read a record: 404 for a file that does
+// not exist, else 500.
+func WriteError(w http.ResponseWriter, log *slog.Logger, id string, err error) {
 	if errors.Is(err, registry.ErrNotFound) {
 		contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
 			Message: fmt.Sprintf("No such File object: %s", id)})
 		return
 	}
-	s.log.Error("file store", "file_id", id, "err", err)
+	log.Error("file store", "file_id", id, "err", err)
 	contracts.Write(w, contracts.ErrInternal("The file store could not be reached."))
 }
 
 func (s *Service) getFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
-	rec, err := s.loadFile(r.Context(), k.Tenant, r.PathValue("id"))
+	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.fileError(w, r.PathValue("id"), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.File)
+	httpapi.WriteJSON(w, http.StatusOK, rec.File)
 }
 
 func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, k *registry.Key) {
-	rec, err := s.loadFile(r.Context(), k.Tenant, r.PathValue("id"))
+	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.fileError(w, r.PathValue("id"), err)
 		return
 	}
-	body, info, err := s.deps.Objects.Get(r.Context(), rec.ObjectKey)
+	body, info, err := s.d.Objects.Get(r.Context(), rec.ObjectKey)
 	if err != nil {
 		s.fileError(w, rec.ID, err)
 		return
@@ -243,19 +254,19 @@ func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, k *registr
 }
 
 func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
-	rec, err := s.loadFile(r.Context(), k.Tenant, r.PathValue("id"))
+	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.fileError(w, r.PathValue("id"), err)
 		return
 	}
-	if err := s.filesKV.Delete(r.Context(), fileKVKey(k.Tenant, rec.ID)); err != nil {
+	if err := s.d.KV.Delete(r.Context(), fileKVKey(k.Tenant, rec.ID)); err != nil {
 		s.fileError(w, rec.ID, err)
 		return
 	}
-	if err := s.deps.Objects.Delete(r.Context(), rec.ObjectKey); err != nil {
+	if err := s.d.Objects.Delete(r.Context(), rec.ObjectKey); err != nil {
 		s.log.Error("delete file bytes", "file_id", rec.ID, "err", err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": rec.ID, "object": "file", "deleted": true})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": rec.ID, "object": "file", "deleted": true})
 }
 
 // listFiles pages through a tenant's files, newest first by default.
@@ -279,7 +290,7 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, k *registry.
 		return
 	}
 	purpose := q.Get("purpose")
-	lister, err := s.filesKV.ListKeysFiltered(r.Context(), k.Tenant+".>")
+	lister, err := s.d.KV.ListKeysFiltered(r.Context(), k.Tenant+".>")
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		s.fileError(w, "", err)
 		return
@@ -287,11 +298,11 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, k *registry.
 	var all []File
 	if lister != nil {
 		for key := range lister.Keys() {
-			e, err := s.filesKV.Get(r.Context(), key)
+			e, err := s.d.KV.Get(r.Context(), key)
 			if err != nil {
 				continue
 			}
-			var rec fileRecord
+			var rec Record
 			if json.Unmarshal(e.Value(), &rec) == nil && (purpose == "" || rec.Purpose == purpose) {
 				all = append(all, rec.File)
 			}
@@ -307,42 +318,6 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, k *registry.
 		}
 		return c
 	})
-	page := pageAfter(all, q.Get("after"), func(f File) string { return f.ID }, limit)
-	writeJSON(w, http.StatusOK, listPage(page.items, page.more, func(f File) string { return f.ID }))
-}
-
-type paged[T any] struct {
-	items []T
-	more  bool
-}
-
-// pageAfter returns up to limit items after the one with id after.
-func pageAfter[T any](items []T, after string, id func(T) string, limit int) paged[T] {
-	start := 0
-	if after != "" {
-		for i, it := range items {
-			if id(it) == after {
-				start = i + 1
-				break
-			}
-		}
-	}
-	items = items[start:]
-	if len(items) > limit {
-		return paged[T]{items: items[:limit], more: true}
-	}
-	return paged[T]{items: items}
-}
-
-// listPage is OpenAI's cursor page.
-func listPage[T any](items []T, more bool, id func(T) string) map[string]any {
-	out := map[string]any{"object": "list", "data": items, "has_more": more, "first_id": nil, "last_id": nil}
-	if items == nil {
-		out["data"] = []T{}
-	}
-	if len(items) > 0 {
-		out["first_id"] = id(items[0])
-		out["last_id"] = id(items[len(items)-1])
-	}
-	return out
+	page, more := httpapi.PageAfter(all, q.Get("after"), func(f File) string { return f.ID }, limit)
+	httpapi.WriteJSON(w, http.StatusOK, httpapi.ListPage(page, more, func(f File) string { return f.ID }))
 }

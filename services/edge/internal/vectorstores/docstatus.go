@@ -1,23 +1,25 @@
-package edge
+package vectorstores
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/vectorstore"
 )
 
-// docStatus follows the document flow and keeps each vector store file's
+// RunDocStatus follows the document flow and keeps each vector store file's
 // status: completed when indexed, failed (with last_error) when any step
 // gave up. Edge replicas share one durable consumer, so each event is
 // applied once.
-func (s *Service) docStatus(ctx context.Context) error {
+func (s *Service) RunDocStatus(ctx context.Context) error {
 	reg := events.NewRegistry(
 		func() events.Event { return &events.DocIndexedV1{} },
 		func() events.Event { return &events.DocFailedV1{} },
 	)
-	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
+	c, err := events.NewConsumer(s.d.JS, reg, events.ConsumerConfig{
 		Stream:         events.StreamDocs,
 		Durable:        "edge-docs-status",
 		FilterSubjects: []string{events.DocsIndexedAll, events.DocsFailedAll},
@@ -25,9 +27,9 @@ func (s *Service) docStatus(ctx context.Context) error {
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		switch e := ev.(type) {
 		case *events.DocIndexedV1:
-			return s.setFileStatus(ctx, e.DocRef, statusCompleted, nil)
+			return s.setFileStatus(ctx, e.DocRef, vectorstore.StatusCompleted, nil)
 		case *events.DocFailedV1:
-			return s.setFileStatus(ctx, e.DocRef, statusFailed, &LastError{Code: e.Code, Message: e.Message})
+			return s.setFileStatus(ctx, e.DocRef, vectorstore.StatusFailed, &vectorstore.LastError{Code: e.Code, Message: e.Message})
 		}
 		return nil
 	})
@@ -41,7 +43,7 @@ func (s *Service) docStatus(ctx context.Context) error {
 		func() events.Event { return &events.DocChunkedV1{} },
 		func() events.Event { return &events.DocEmbeddedV1{} },
 	)
-	dead, err := events.NewConsumer(s.deps.JS, deadReg, events.ConsumerConfig{
+	dead, err := events.NewConsumer(s.d.JS, deadReg, events.ConsumerConfig{
 		Stream:         events.StreamDeadLetter,
 		Durable:        "edge-docs-dead",
 		FilterSubjects: []string{events.DeadLetterOf(events.StreamDocs)},
@@ -56,7 +58,7 @@ func (s *Service) docStatus(ctx context.Context) error {
 		case *events.DocEmbeddedV1:
 			ref = e.DocRef
 		}
-		return s.setFileStatus(ctx, ref, statusFailed, &LastError{Code: "server_error",
+		return s.setFileStatus(ctx, ref, vectorstore.StatusFailed, &vectorstore.LastError{Code: "server_error",
 			Message: "Processing gave up after repeated failures (the object store, the bus or the embedding engine kept failing); add the file again to retry."})
 	})
 	if err != nil {
@@ -71,22 +73,22 @@ func (s *Service) docStatus(ctx context.Context) error {
 	return err
 }
 
-func (s *Service) setFileStatus(ctx context.Context, ref events.DocRef, status string, lastErr *LastError) error {
-	key := vsFileKey(ref.Tenant, ref.StoreID, ref.FileID)
+func (s *Service) setFileStatus(ctx context.Context, ref events.DocRef, status string, lastErr *vectorstore.LastError) error {
+	key := vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID)
 	for {
-		rec, rev, err := kvGet[vsFileRecord](ctx, s.vsFilesKV, key)
+		rec, rev, err := kvGet[vectorstore.FileRecord](ctx, s.d.FilesKV, key)
 		if errors.Is(err, registry.ErrNotFound) {
 			return nil // removed meanwhile
 		}
 		if err != nil {
 			return err
 		}
-		if rec.Status == statusCancelled {
+		if rec.Status == vectorstore.StatusCancelled {
 			return nil
 		}
 		rec.Status, rec.LastError = status, lastErr
-		b, _ := jsonMarshal(rec)
-		if _, err := s.vsFilesKV.Update(ctx, key, b, rev); err == nil {
+		b, _ := json.Marshal(rec)
+		if _, err := s.d.FilesKV.Update(ctx, key, b, rev); err == nil {
 			return nil
 		} else if !isWrongLastSequence(err) {
 			return err

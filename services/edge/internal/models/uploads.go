@@ -1,4 +1,4 @@
-package edge
+package models
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
 // Resumable model uploads. A client opens a session naming every file and
@@ -115,9 +116,8 @@ func (s *Service) uploadRoutes(mux *http.ServeMux) {
 
 func (s *Service) withObjects(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.deps.Objects == nil {
-			contracts.Write(w, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeNoWorker,
-				Message: "Object storage is not configured on this server."})
+		if s.d.Objects == nil {
+			contracts.Write(w, contracts.ErrStorageUnavailable())
 			return
 		}
 		h(w, r)
@@ -188,7 +188,7 @@ func (q *createUploadReq) validate(partSize int64, prefix string) ([]uploadFile,
 	files := make([]uploadFile, 0, len(q.Files))
 	for _, f := range q.Files {
 		if err := validUploadPath(f.Path); err != nil {
-			return nil, nil, contracts.ErrBadRequest("files", codeInvalidPath, upperFirst(err.Error())+".")
+			return nil, nil, contracts.ErrBadRequest("files", codeInvalidPath, httpapi.UpperFirst(err.Error())+".")
 		}
 		if err := objstore.ValidateKey(prefix + f.Path); err != nil {
 			return nil, nil, contracts.ErrBadRequest("files", codeInvalidPath, fmt.Sprintf("File path %q cannot be stored.", f.Path))
@@ -235,13 +235,6 @@ func isHexSHA256(s string) bool {
 	return err == nil
 }
 
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
-
 func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 	var q createUploadReq
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxUploadBody))
@@ -252,7 +245,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 			contracts.Write(w, contracts.ErrBodyTooLarge(maxUploadBody))
 			return
 		}
-		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid: "+trimJSONErr(err)))
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid: "+httpapi.TrimJSONErr(err)))
 		return
 	}
 	if q.Name == "" {
@@ -268,13 +261,13 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	// The prefix of a version only grows with its number; checking the
 	// paths against a long one keeps every future key valid.
-	files, manifest, apiErr := q.validate(s.cfg.UploadPartBytes, catalog.Prefix(q.Name, 999999))
+	files, manifest, apiErr := q.validate(s.d.UploadPartBytes, catalog.Prefix(q.Name, 999999))
 	if apiErr != nil {
 		contracts.Write(w, apiErr)
 		return
 	}
 	ctx := r.Context()
-	v, err := s.catalog.AddVersion(ctx, q.Name, q.Kind, q.BaseModel, catalog.Version{
+	v, err := s.d.Catalog.AddVersion(ctx, q.Name, q.Kind, q.BaseModel, catalog.Version{
 		Status: catalog.StatusUploading, Source: catalog.Source{Type: events.ModelSourceUpload},
 	})
 	if err != nil {
@@ -283,10 +276,10 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := uploadSession{
 		ID: "upl_" + events.NewID(), State: uploadStateOpen, Name: q.Name, Kind: q.Kind, BaseModel: q.BaseModel,
-		Version: v.Version, PartSize: s.cfg.UploadPartBytes, Files: files, Manifest: manifest, CreatedAt: time.Now().UTC(),
+		Version: v.Version, PartSize: s.d.UploadPartBytes, Files: files, Manifest: manifest, CreatedAt: time.Now().UTC(),
 	}
 	b, _ := json.Marshal(sess)
-	if _, err := s.uploads.Create(ctx, sess.ID, b); err != nil {
+	if _, err := s.d.Uploads.Create(ctx, sess.ID, b); err != nil {
 		s.rejectVersion(ctx, q.Name, v.Version, "upload_failed", "The upload session could not be recorded.")
 		s.log.Error("record upload session", "model", q.Name, "err", err)
 		contracts.Write(w, contracts.ErrBadRequest("files", contracts.CodeInvalidRequest,
@@ -294,7 +287,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("model upload opened", "upload_id", sess.ID, "model", q.Name, "version", v.Version, "files", len(files))
-	writeJSON(w, http.StatusCreated, s.viewUpload(sess, nil))
+	httpapi.WriteJSON(w, http.StatusCreated, s.viewUpload(sess, nil))
 }
 
 var errUploadNotFound = errors.New("upload not found")
@@ -304,7 +297,7 @@ func (s *Service) loadUpload(ctx context.Context, id string) (uploadSession, err
 	if !strings.HasPrefix(id, "upl_") || strings.ContainsAny(id, ".*> /") {
 		return sess, errUploadNotFound
 	}
-	e, err := s.uploads.Get(ctx, id)
+	e, err := s.d.Uploads.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return sess, errUploadNotFound
 	}
@@ -338,7 +331,7 @@ func (s *Service) session(w http.ResponseWriter, r *http.Request) (uploadSession
 func (s *Service) receivedParts(ctx context.Context, sess uploadSession) (map[string][]partInfo, error) {
 	prefix := "uploads/" + sess.ID + "/"
 	out := map[string][]partInfo{}
-	for info, err := range s.deps.Objects.List(ctx, prefix) {
+	for info, err := range s.d.Objects.List(ctx, prefix) {
 		if err != nil {
 			return nil, err
 		}
@@ -348,7 +341,7 @@ func (s *Service) receivedParts(ctx context.Context, sess uploadSession) (map[st
 		if !ok || err != nil {
 			continue
 		}
-		st, err := s.deps.Objects.Stat(ctx, info.Key)
+		st, err := s.d.Objects.Stat(ctx, info.Key)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue
 		}
@@ -391,7 +384,7 @@ func (s *Service) getUpload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, s.viewUpload(sess, parts))
+	httpapi.WriteJSON(w, http.StatusOK, s.viewUpload(sess, parts))
 }
 
 var (
@@ -462,7 +455,7 @@ func (s *Service) putPart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := &verifyingReader{r: http.MaxBytesReader(w, r.Body, want+1), h: sha256.New(), want: want, sum: sum}
-	info, err := s.deps.Objects.Put(r.Context(), partKey(sess.ID, n, p), body, want, "application/octet-stream")
+	info, err := s.d.Objects.Put(r.Context(), partKey(sess.ID, n, p), body, want, "application/octet-stream")
 	switch {
 	case errors.Is(err, errPartHash):
 		contracts.Write(w, contracts.ErrBadRequest(HeaderPartSHA256, codePartHashMismatch,
@@ -477,7 +470,7 @@ func (s *Service) putPart(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrInternal("The part could not be stored."))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": p, "part": n, "size": info.Size, "sha256": info.SHA256})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"path": p, "part": n, "size": info.Size, "sha256": info.SHA256})
 }
 
 // partsReader reads a file's parts one after the other, opening each only
@@ -535,7 +528,7 @@ func (s *Service) assemble(ctx context.Context, sess uploadSession, f uploadFile
 		}
 		// A file assembled by an earlier call has no parts left.
 		if len(got) == 0 {
-			if info, err := s.deps.Objects.Stat(ctx, final); err == nil && info.Size == f.Size {
+			if info, err := s.d.Objects.Stat(ctx, final); err == nil && info.Size == f.Size {
 				return catalog.File{Path: f.Path, Size: info.Size, SHA256: info.SHA256}, nil, nil
 			}
 		}
@@ -545,12 +538,12 @@ func (s *Service) assemble(ctx context.Context, sess uploadSession, f uploadFile
 		}
 		return catalog.File{}, contracts.ErrBadRequest("parts", codeUploadIncomplete, msg), nil
 	}
-	pr := &partsReader{ctx: ctx, objs: s.deps.Objects}
+	pr := &partsReader{ctx: ctx, objs: s.d.Objects}
 	for n := 1; n <= f.Parts; n++ {
 		pr.keys = append(pr.keys, partKey(sess.ID, n, f.Path))
 	}
 	defer pr.Close()
-	info, err := s.deps.Objects.Put(ctx, final, pr, f.Size, "application/octet-stream")
+	info, err := s.d.Objects.Put(ctx, final, pr, f.Size, "application/octet-stream")
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return catalog.File{}, contracts.ErrConflict(fmt.Sprintf("Parts of %q went away while assembling it (a concurrent complete?); retry.", f.Path)), nil
@@ -558,7 +551,7 @@ func (s *Service) assemble(ctx context.Context, sess uploadSession, f uploadFile
 		return catalog.File{}, nil, fmt.Errorf("assemble %s: %w", f.Path, err)
 	}
 	for n := 1; n <= f.Parts; n++ {
-		if err := s.deps.Objects.Delete(ctx, partKey(sess.ID, n, f.Path)); err != nil {
+		if err := s.d.Objects.Delete(ctx, partKey(sess.ID, n, f.Path)); err != nil {
 			s.log.Warn("delete upload part", "upload_id", sess.ID, "part", n, "err", err)
 		}
 	}
@@ -587,7 +580,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 		got := parts[f.Path]
 		if len(got) == 0 && f.Parts > 0 {
 			// Assembled by an earlier call, or not sent at all.
-			if info, err := s.deps.Objects.Stat(ctx, catalog.Prefix(sess.Name, sess.Version)+f.Path); err == nil && info.Size == f.Size {
+			if info, err := s.d.Objects.Stat(ctx, catalog.Prefix(sess.Name, sess.Version)+f.Path); err == nil && info.Size == f.Size {
 				continue
 			}
 		}
@@ -614,7 +607,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 		}
 		files = append(files, cf)
 	}
-	_, err = s.catalog.UpdateVersion(ctx, sess.Name, sess.Version, func(v *catalog.Version) error {
+	_, err = s.d.Catalog.UpdateVersion(ctx, sess.Name, sess.Version, func(v *catalog.Version) error {
 		if v.Status == catalog.StatusUploading {
 			v.Status = catalog.StatusScanning
 			v.Files = files
@@ -632,8 +625,8 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	// The id is deterministic per session (a repeated complete is a
 	// duplicate) yet differs for a name deleted and uploaded again.
-	env := events.Envelope{ID: fmt.Sprintf("uploaded-%s-v%d-%s", events.Token(sess.Name), sess.Version, sess.ID), Source: s.cfg.InstanceID}
-	if _, err := events.Publish(ctx, s.deps.JS, ev, env); err != nil {
+	env := events.Envelope{ID: fmt.Sprintf("uploaded-%s-v%d-%s", events.Token(sess.Name), sess.Version, sess.ID), Source: s.d.InstanceID}
+	if _, err := events.Publish(ctx, s.d.JS, ev, env); err != nil {
 		s.log.Error("publish model uploaded", "upload_id", sess.ID, "err", err)
 		contracts.Write(w, contracts.ErrInternal("The upload could not be announced to the scanner; complete it again."))
 		return
@@ -643,7 +636,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 	receipt := uploadSession{ID: sess.ID, State: uploadStateClosed, Name: sess.Name, Kind: sess.Kind, BaseModel: sess.BaseModel,
 		Version: sess.Version, PartSize: sess.PartSize, CreatedAt: sess.CreatedAt, CompletedAt: time.Now().UTC()}
 	b, _ := json.Marshal(receipt)
-	if _, err := s.uploads.Put(ctx, sess.ID, b); err != nil {
+	if _, err := s.d.Uploads.Put(ctx, sess.ID, b); err != nil {
 		s.log.Warn("record upload receipt", "upload_id", sess.ID, "err", err)
 	}
 	s.log.Info("model upload completed", "upload_id", sess.ID, "model", sess.Name, "version", sess.Version, "files", len(files))
@@ -651,7 +644,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) answerVersion(w http.ResponseWriter, ctx context.Context, sess uploadSession) {
-	e, err := s.catalog.Get(ctx, sess.Name)
+	e, err := s.d.Catalog.Get(ctx, sess.Name)
 	if err != nil {
 		s.catalogError(w, err, "Model '"+sess.Name+"'")
 		return
@@ -661,12 +654,12 @@ func (s *Service) answerVersion(w http.ResponseWriter, ctx context.Context, sess
 		contracts.Write(w, contracts.ErrNotFound(fmt.Sprintf("Model '%s' version %d not found.", sess.Name, sess.Version)))
 		return
 	}
-	writeJSON(w, http.StatusAccepted, viewVersion(*v))
+	httpapi.WriteJSON(w, http.StatusAccepted, viewVersion(*v))
 }
 
 // rejectVersion marks a version that will never complete.
 func (s *Service) rejectVersion(ctx context.Context, name string, version int, code, msg string) {
-	_, err := s.catalog.UpdateVersion(ctx, name, version, func(v *catalog.Version) error {
+	_, err := s.d.Catalog.UpdateVersion(ctx, name, version, func(v *catalog.Version) error {
 		v.Status = catalog.StatusRejected
 		v.Reasons = []catalog.Reason{{Code: code, Message: msg}}
 		return nil
@@ -686,20 +679,20 @@ func (s *Service) abortUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	for info, err := range s.deps.Objects.List(ctx, "uploads/"+sess.ID+"/") {
+	for info, err := range s.d.Objects.List(ctx, "uploads/"+sess.ID+"/") {
 		if err != nil {
 			s.log.Error("list upload parts", "upload_id", sess.ID, "err", err)
 			contracts.Write(w, contracts.ErrInternal("The parts received could not be listed."))
 			return
 		}
-		if err := s.deps.Objects.Delete(ctx, info.Key); err != nil {
+		if err := s.d.Objects.Delete(ctx, info.Key); err != nil {
 			s.log.Warn("delete upload part", "upload_id", sess.ID, "err", err)
 		}
 	}
 	s.rejectVersion(ctx, sess.Name, sess.Version, codeUploadAborted, "The upload was aborted before it completed.")
-	if err := s.uploads.Delete(ctx, sess.ID); err != nil {
+	if err := s.d.Uploads.Delete(ctx, sess.ID); err != nil {
 		s.log.Warn("delete upload session", "upload_id", sess.ID, "err", err)
 	}
 	s.log.Info("model upload aborted", "upload_id", sess.ID, "model", sess.Name, "version", sess.Version)
-	writeJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "object": "model.upload", "deleted": true})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "object": "model.upload", "deleted": true})
 }

@@ -1,4 +1,4 @@
-package edge
+package inference
 
 import (
 	"context"
@@ -31,26 +31,26 @@ type admitted struct {
 // max_tokens) so that spend can exceed a budget only by the reservations of
 // requests in flight. The usage service releases each reservation when it
 // settles the request's usage event.
-func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *registry.Key, endpoint string, p parsed) (admitted, *refusal) {
+func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *registry.Key, endpoint string, p Request) (admitted, *refusal) {
 	var a admitted
 	now := time.Now()
-	output := p.maxTokens
+	output := p.MaxTokens
 	if endpoint == events.EndpointEmbeddings {
 		output = 0
 	} else if output == 0 {
 		output = DefaultOutputReserve
 	}
 	if key.RPM > 0 || key.TPM > 0 {
-		d, err := spend.Admit(ctx, s.rateKV, key.ID, spend.RateLimit{RPM: key.RPM, TPM: key.TPM}, p.inputBytes+output, now)
+		d, err := spend.Admit(ctx, s.d.Rates, key.ID, spend.RateLimit{RPM: key.RPM, TPM: key.TPM}, p.InputBytes+output, now)
 		if err != nil {
 			s.log.Error("rate limit check failed", "key_id", key.ID, "err", err)
-			return a, &refusal{Error: contracts.ErrInternal("The rate limiter could not be reached."), model: p.model}
+			return a, &refusal{Error: contracts.ErrInternal("The rate limiter could not be reached."), model: p.Model}
 		}
 		setRateHeaders(w.Header(), d)
 		if !d.Allowed {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Reset.Seconds()))))
 			return a, &refusal{Error: &contracts.Error{Status: http.StatusTooManyRequests, Type: d.Exceeded, Code: contracts.CodeRateLimited,
-				Message: fmt.Sprintf("Rate limit reached for %s per minute on this key (limit %d). Retry after %s.", d.Exceeded, limitOf(d), d.Reset.Round(time.Second))}, model: p.model}
+				Message: fmt.Sprintf("Rate limit reached for %s per minute on this key (limit %d). Retry after %s.", d.Exceeded, limitOf(d), d.Reset.Round(time.Second))}, model: p.Model}
 		}
 	}
 
@@ -58,20 +58,20 @@ func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *re
 	if key.MaxBudgetUSD > 0 {
 		limits = append(limits, spend.Limit{Key: spend.KeyEntry(key.ID, spend.PeriodID(key.Period(), now)), LimitNano: spend.USDToNano(key.MaxBudgetUSD)})
 	}
-	if t, ok := s.lookupTenant(key.Tenant); ok && t.MaxBudgetUSD > 0 {
+	if t, ok := s.d.Directory.Tenant(key.Tenant); ok && t.MaxBudgetUSD > 0 {
 		limits = append(limits, spend.Limit{Key: spend.TenantEntry(t.ID, spend.PeriodID(t.Period(), now)), LimitNano: spend.USDToNano(t.MaxBudgetUSD)})
 	}
 	if len(limits) == 0 {
 		return a, nil
 	}
-	amount := s.estimateCost(p.model, now, p.inputBytes, output)
-	if err := spend.Reserve(ctx, s.budgetKV, limits, amount); err != nil {
+	amount := s.estimateCost(p.Model, now, p.InputBytes, output)
+	if err := spend.Reserve(ctx, s.d.Budgets, limits, amount); err != nil {
 		if errors.Is(err, spend.ErrBudgetExceeded) {
 			return a, &refusal{Error: &contracts.Error{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: contracts.CodeBudgetExceeded,
-				Message: "The budget of this key or its tenant is used up for the current period."}, model: p.model}
+				Message: "The budget of this key or its tenant is used up for the current period."}, model: p.Model}
 		}
 		s.log.Error("budget reservation failed", "key_id", key.ID, "err", err)
-		return a, &refusal{Error: contracts.ErrInternal("The budget store could not be reached."), model: p.model}
+		return a, &refusal{Error: contracts.ErrInternal("The budget store could not be reached."), model: p.Model}
 	}
 	for _, l := range limits {
 		a.reservations = append(a.reservations, events.Reservation{Key: l.Key, NanoUSD: amount})
@@ -85,7 +85,7 @@ func (s *Service) release(rs []events.Reservation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, r := range rs {
-		if err := spend.Release(ctx, s.budgetKV, r.Key, r.NanoUSD); err != nil {
+		if err := spend.Release(ctx, s.d.Budgets, r.Key, r.NanoUSD); err != nil {
 			s.log.Error("budget release failed", "entry", r.Key, "err", err)
 		}
 	}
@@ -116,17 +116,7 @@ func setRateHeaders(h http.Header, d spend.RateDecision) {
 // estimateCost is the largest cost a request can have at the price in
 // force now; 0 when the model has no price.
 func (s *Service) estimateCost(model string, now time.Time, inputTokens, outputTokens int64) int64 {
-	s.pricesMu.RLock()
-	h, ok := s.prices[model]
-	s.pricesMu.RUnlock()
-	if !ok {
-		// An adapter without a price of its own costs what its base costs.
-		if base, isAdapter := s.adapterBase(model); isAdapter {
-			s.pricesMu.RLock()
-			h, ok = s.prices[base]
-			s.pricesMu.RUnlock()
-		}
-	}
+	h, ok := s.d.Directory.Price(model)
 	if !ok {
 		return 0
 	}
@@ -136,52 +126,4 @@ func (s *Service) estimateCost(model string, now time.Time, inputTokens, outputT
 	}
 	// $ per million tokens = 1000 nano-$ per token.
 	return int64(math.Ceil(float64(inputTokens)*p.InputPerMTokUSD*1000 + float64(outputTokens)*p.OutputPerMTokUSD*1000))
-}
-
-func (s *Service) lookupTenant(id string) (registry.Tenant, bool) {
-	s.tenantsMu.RLock()
-	t, ok := s.tenants[id]
-	s.tenantsMu.RUnlock()
-	return t, ok
-}
-
-func (s *Service) watchTenants(ctx context.Context) {
-	err := s.store.WatchTenants(ctx, func(c registry.Change[registry.Tenant], initial bool) {
-		if initial {
-			s.synced.Add(1)
-			return
-		}
-		s.tenantsMu.Lock()
-		defer s.tenantsMu.Unlock()
-		if c.Deleted {
-			for id := range s.tenants {
-				if "t."+id == c.Key {
-					delete(s.tenants, id)
-				}
-			}
-			return
-		}
-		s.tenants[c.Value.ID] = c.Value
-	})
-	if err != nil {
-		s.log.Error("tenant watch ended", "err", err)
-	}
-}
-
-func (s *Service) watchPrices(ctx context.Context) {
-	err := s.store.WatchPrices(ctx, func(c registry.Change[registry.PriceHistory], initial bool) {
-		if initial {
-			s.synced.Add(1)
-			return
-		}
-		if c.Deleted {
-			return // price histories are kept forever
-		}
-		s.pricesMu.Lock()
-		s.prices[c.Value.Model] = c.Value
-		s.pricesMu.Unlock()
-	})
-	if err != nil {
-		s.log.Error("price watch ended", "err", err)
-	}
 }

@@ -1,20 +1,41 @@
-package edge
+// Package admin serves the admin API of the registry: tenants, API keys,
+// model bindings and prices. Every write is also noted in the directory,
+// so this replica sees it before its watch does.
+package admin
 
 import (
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
-	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
-// The admin API manages tenants, keys and model bindings. It answers in
-// OpenAI's error shape like the rest of the edge.
-func (s *Service) adminRoutes(mux *http.ServeMux) {
+// Deps are what the admin API needs.
+type Deps struct {
+	Store     *registry.Store
+	Directory *directory.View
+	AdminKey  string
+	Logger    *slog.Logger
+}
+
+// Service is the registry admin API.
+type Service struct {
+	d     Deps
+	store *registry.Store
+	log   *slog.Logger
+}
+
+// New builds the admin API.
+func New(d Deps) *Service { return &Service{d: d, store: d.Store, log: d.Logger} }
+
+// Routes mounts the admin API; it answers in OpenAI's error shape like the
+// rest of the edge.
+func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/tenants", s.admin(s.createTenant))
 	mux.HandleFunc("GET /admin/v1/tenants", s.admin(s.listTenants))
 	mux.HandleFunc("GET /admin/v1/tenants/{id}", s.admin(s.getTenant))
@@ -30,46 +51,9 @@ func (s *Service) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/models", s.admin(s.listAdminModels))
 	mux.HandleFunc("GET /admin/v1/models/{name...}", s.admin(s.getAdminModel))
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
-	s.catalogRoutes(mux)
-	s.uploadRoutes(mux)
 }
 
-func constantEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
-
-func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := bearer(r)
-		if !ok || !constantEqual(got, s.cfg.AdminKey) {
-			contracts.Write(w, &contracts.Error{Status: http.StatusUnauthorized, Type: contracts.TypeInvalidRequest,
-				Code: contracts.CodeInvalidAPIKey, Message: "The admin API needs 'Authorization: Bearer <admin key>'."})
-			return
-		}
-		h(w, r)
-	}
-}
-
-// decodeAdmin reads a small JSON object strictly: unknown fields are
-// refused so that a typo does not silently do nothing.
-func decodeAdmin(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			contracts.Write(w, contracts.ErrBodyTooLarge(1<<20))
-		case errors.As(err, &te):
-			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
-		case errors.Is(err, io.EOF):
-			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is empty; a JSON object is expected."))
-		default:
-			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid: "+trimJSONErr(err)))
-		}
-		return false
-	}
-	return true
-}
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Admin(s.d.AdminKey, h) }
 
 func (s *Service) storeError(w http.ResponseWriter, err error, what string) {
 	switch {
@@ -89,7 +73,7 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ID string `json:"id"`
 	}
-	if !decodeAdmin(w, r, &req) {
+	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
 	if !registry.ValidTenantID(req.ID) {
@@ -101,7 +85,7 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Tenant '"+req.ID+"'")
 		return
 	}
-	writeJSON(w, http.StatusCreated, t)
+	httpapi.WriteJSON(w, http.StatusCreated, t)
 }
 
 func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +97,7 @@ func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
 	if ts == nil {
 		ts = []registry.Tenant{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ts})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ts})
 }
 
 func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +106,7 @@ func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	httpapi.WriteJSON(w, http.StatusOK, t)
 }
 
 // keyView is a key as the API shows it: never the hash, the secret only
@@ -171,7 +155,7 @@ func (p limitsPatch) apply(l *registry.Limits) {
 
 func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
 	var p limitsPatch
-	if !decodeAdmin(w, r, &p) {
+	if !httpapi.DecodeStrict(w, r, &p) {
 		return
 	}
 	k, err := s.store.UpdateKeyLimits(r.Context(), r.PathValue("id"), p.apply)
@@ -179,15 +163,13 @@ func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
-	s.keysMu.Lock()
-	s.keys[k.ID] = &k
-	s.keysMu.Unlock()
-	writeJSON(w, http.StatusOK, viewKey(k, ""))
+	s.d.Directory.NoteKey(k)
+	httpapi.WriteJSON(w, http.StatusOK, viewKey(k, ""))
 }
 
 func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 	var p limitsPatch
-	if !decodeAdmin(w, r, &p) {
+	if !httpapi.DecodeStrict(w, r, &p) {
 		return
 	}
 	if p.RPM != nil || p.TPM != nil {
@@ -199,10 +181,8 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
 		return
 	}
-	s.tenantsMu.Lock()
-	s.tenants[t.ID] = t
-	s.tenantsMu.Unlock()
-	writeJSON(w, http.StatusOK, t)
+	s.d.Directory.NoteTenant(t)
+	httpapi.WriteJSON(w, http.StatusOK, t)
 }
 
 // priceIn is a price as the admin API takes it.
@@ -228,16 +208,14 @@ func (p priceIn) price() registry.Price {
 func (s *Service) storePrice(r *http.Request, model string, p priceIn) (registry.PriceHistory, error) {
 	h, err := s.store.SetPrice(r.Context(), model, p.price())
 	if err == nil {
-		s.pricesMu.Lock()
-		s.prices[model] = h
-		s.pricesMu.Unlock()
+		s.d.Directory.NotePrice(h)
 	}
 	return h, err
 }
 
 func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
 	var p priceIn
-	if !decodeAdmin(w, r, &p) {
+	if !httpapi.DecodeStrict(w, r, &p) {
 		return
 	}
 	if p.Model == "" {
@@ -249,7 +227,7 @@ func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Price of '"+p.Model+"'")
 		return
 	}
-	writeJSON(w, http.StatusCreated, h)
+	httpapi.WriteJSON(w, http.StatusCreated, h)
 }
 
 func (s *Service) listPrices(w http.ResponseWriter, r *http.Request) {
@@ -261,7 +239,7 @@ func (s *Service) listPrices(w http.ResponseWriter, r *http.Request) {
 	if hs == nil {
 		hs = []registry.PriceHistory{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": hs})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": hs})
 }
 
 func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
@@ -271,7 +249,7 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 		Models []string `json:"models"`
 		registry.Limits
 	}
-	if !decodeAdmin(w, r, &req) {
+	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
 	if req.Tenant == "" {
@@ -291,11 +269,9 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	// Make the key usable on this replica before answering, so that a client
 	// using it at once is not refused by a watcher that lags by a millisecond.
-	s.keysMu.Lock()
-	s.keys[k.ID] = &k
-	s.keysMu.Unlock()
+	s.d.Directory.NoteKey(k)
 	s.log.Info("api key created", "key_id", k.ID, "tenant", k.Tenant)
-	writeJSON(w, http.StatusCreated, viewKey(k, secret))
+	httpapi.WriteJSON(w, http.StatusCreated, viewKey(k, secret))
 }
 
 func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
@@ -308,7 +284,7 @@ func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
 	for _, k := range ks {
 		data = append(data, viewKey(k, ""))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
@@ -317,7 +293,7 @@ func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, viewKey(k, ""))
+	httpapi.WriteJSON(w, http.StatusOK, viewKey(k, ""))
 }
 
 func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
@@ -328,11 +304,8 @@ func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
 	}
 	// The watcher does the same on every replica; doing it here too means
 	// this replica refuses the key before the call returns.
-	s.keysMu.Lock()
-	delete(s.keys, id)
-	s.keysMu.Unlock()
-	s.revoke(id)
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "api_key", "deleted": true})
+	s.d.Directory.NoteKeyDeleted(id) // ends the key's requests in flight
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "api_key", "deleted": true})
 }
 
 type modelView struct {
@@ -355,7 +328,7 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 		OwnedBy string          `json:"owned_by"`
 		Price   *priceIn        `json:"price"`
 	}
-	if !decodeAdmin(w, r, &req) {
+	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
 	m := registry.Model{Name: req.Name, Engine: req.Engine, OwnedBy: req.OwnedBy}
@@ -389,11 +362,9 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Model '"+m.Name+"'")
 		return
 	}
-	s.modelsMu.Lock()
-	s.models[stored.Name] = stored
-	s.modelsMu.Unlock()
+	s.d.Directory.NoteModel(stored)
 	s.log.Info("model registered", "model", m.Name, "engine", m.Engine.BaseURL, "upstream", m.Engine.Model)
-	writeJSON(w, status, viewModel(stored))
+	httpapi.WriteJSON(w, status, viewModel(stored))
 }
 
 func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
@@ -406,7 +377,7 @@ func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
 	for _, m := range ms {
 		data = append(data, viewModel(m))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
@@ -415,7 +386,7 @@ func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Model '"+r.PathValue("name")+"'")
 		return
 	}
-	writeJSON(w, http.StatusOK, viewModel(m))
+	httpapi.WriteJSON(w, http.StatusOK, viewModel(m))
 }
 
 func (s *Service) deleteModel(w http.ResponseWriter, r *http.Request) {
@@ -424,8 +395,6 @@ func (s *Service) deleteModel(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Model '"+name+"'")
 		return
 	}
-	s.modelsMu.Lock()
-	delete(s.models, name)
-	s.modelsMu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"id": name, "object": "model_binding", "deleted": true})
+	s.d.Directory.NoteModelDeleted(name)
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": name, "object": "model_binding", "deleted": true})
 }

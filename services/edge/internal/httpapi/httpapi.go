@@ -1,0 +1,174 @@
+// Package httpapi holds the HTTP helpers every API of the edge shares:
+// JSON answers and bodies, bearer and admin authentication, OpenAI's list
+// pages and its answers to unknown paths and methods.
+package httpapi
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/registry"
+)
+
+// WriteJSON answers v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		contracts.Write(w, contracts.ErrInternal("could not encode the response"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// Bearer is the token of the Authorization header.
+func Bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
+		return "", false
+	}
+	return strings.TrimSpace(h[7:]), true
+}
+
+// ConstantEqual compares secrets in constant time.
+func ConstantEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// IsAdmin reports whether r presents the admin key.
+func IsAdmin(r *http.Request, adminKey string) bool {
+	got, ok := Bearer(r)
+	return ok && ConstantEqual(got, adminKey)
+}
+
+// Admin lets only requests with the admin key through to h.
+func Admin(adminKey string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !IsAdmin(r, adminKey) {
+			contracts.Write(w, &contracts.Error{Status: http.StatusUnauthorized, Type: contracts.TypeInvalidRequest,
+				Code: contracts.CodeInvalidAPIKey, Message: "The admin API needs 'Authorization: Bearer <admin key>'."})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Keys finds API keys by id (the directory).
+type Keys interface {
+	Key(id string) *registry.Key
+}
+
+// KeyOf returns the API key presented by r, or nil.
+func KeyOf(keys Keys, r *http.Request) *registry.Key {
+	secret, ok := Bearer(r)
+	if !ok {
+		return nil
+	}
+	id, ok := registry.KeyIDOf(secret)
+	if !ok {
+		return nil
+	}
+	if k := keys.Key(id); k != nil && k.Verify(secret) {
+		return k
+	}
+	return nil
+}
+
+// Authenticate returns the key of the request or writes a 401.
+func Authenticate(keys Keys, w http.ResponseWriter, r *http.Request) *registry.Key {
+	if k := KeyOf(keys, r); k != nil {
+		return k
+	}
+	contracts.Write(w, contracts.ErrInvalidAPIKey())
+	return nil
+}
+
+// TenantAPI authenticates a tenant key for the APIs that keep tenant data
+// in the object store; without one (storage false) they answer 503.
+func TenantAPI(keys Keys, storage bool, h func(http.ResponseWriter, *http.Request, *registry.Key)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		k := Authenticate(keys, w, r)
+		if k == nil {
+			return
+		}
+		if !storage {
+			contracts.Write(w, contracts.ErrStorageUnavailable())
+			return
+		}
+		h(w, r, k)
+	}
+}
+
+// TrimJSONErr bounds a decoding error for an answer.
+func TrimJSONErr(err error) string {
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}
+
+// Decode reads a JSON body of up to 1 MiB, tolerating unknown fields.
+func Decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
+			return false
+		}
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid JSON: "+TrimJSONErr(err)))
+		return false
+	}
+	return true
+}
+
+// DecodeStrict reads a small JSON object strictly: unknown fields are
+// refused so that a typo does not silently do nothing (the admin API).
+func DecodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			contracts.Write(w, contracts.ErrBodyTooLarge(1<<20))
+		case errors.As(err, &te):
+			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
+		case errors.Is(err, io.EOF):
+			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is empty; a JSON object is expected."))
+		default:
+			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid: "+TrimJSONErr(err)))
+		}
+		return false
+	}
+	return true
+}
+
+// UpperFirst capitalises the first letter of an error message.
+func UpperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// SortableID starts with the creation time in microseconds, so ids created
+// in the same second still sort in creation order.
+func SortableID(prefix string) string {
+	return prefix + fmt.Sprintf("%013x", time.Now().UnixMicro()) + events.NewID()[:11]
+}
+
+// NotFound answers OpenAI's 404 for an object that does not exist.
+func NotFound(w http.ResponseWriter, what, id string) {
+	contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
+		Message: fmt.Sprintf("No such %s: %s", what, id)})
+}

@@ -1,0 +1,116 @@
+// Package inference is the one path by which the edge serves generation:
+// it admits a request (API key, model, rate limits, budgets), bridges it
+// over the bus to a worker of the model, maps failures to OpenAI errors,
+// records the usage of a stream whose worker vanished, tracks requests in
+// flight so that revoking a key ends them, ends streams when the shutdown
+// grace is over, and keeps the edge's metrics and spans. The OpenAI
+// endpoints (chat, completions, embeddings) render through it as they are;
+// other APIs (/v1/responses) pass a Renderer of their own.
+package inference
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/directory"
+	"github.com/aiforge/aiforge/pkg/events"
+)
+
+// Errors that end requests in flight (the causes of their contexts).
+var (
+	ErrShuttingDown = errors.New("edge: shutting down")
+	ErrKeyRevoked   = errors.New("edge: api key revoked")
+)
+
+// Deps are what the inference path needs.
+type Deps struct {
+	Client    *bridge.Client
+	Directory *directory.View
+	// JS publishes the usage of lost streams.
+	JS jetstream.JetStream
+	// Budgets and Rates are the spend buckets (events.BucketBudgets,
+	// events.BucketRateLimits).
+	Budgets, Rates jetstream.KeyValue
+	Metrics        *Metrics
+	Tracer         trace.Tracer
+	Logger         *slog.Logger
+	// InstanceID names the edge replica in usage events.
+	InstanceID string
+	// MaxBody bounds a request body.
+	MaxBody int64
+	// Draining reports whether the edge stopped taking requests.
+	Draining func() bool
+	// Streams ends, with cause ErrShuttingDown, when the shutdown grace is
+	// over: every request still in flight is ended then.
+	Streams context.Context
+}
+
+// Service serves inference.
+type Service struct {
+	d   Deps
+	log *slog.Logger
+
+	flightsMu sync.Mutex
+	flights   map[string]map[*flight]struct{}
+}
+
+// New builds the inference path.
+func New(d Deps) *Service {
+	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{})}
+}
+
+// Routes mounts the OpenAI inference endpoints.
+func (s *Service) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/chat/completions", s.handler(events.EndpointChatCompletions))
+	mux.HandleFunc("POST /v1/completions", s.handler(events.EndpointCompletions))
+	mux.HandleFunc("POST /v1/embeddings", s.handler(events.EndpointEmbeddings))
+}
+
+// MaxBody is the request body limit.
+func (s *Service) MaxBody() int64 { return s.d.MaxBody }
+
+// flight is one request in progress, tracked so that a key revocation ends it.
+type flight struct {
+	cancel context.CancelCauseFunc
+}
+
+func (s *Service) track(keyID string, f *flight) func() {
+	s.flightsMu.Lock()
+	m := s.flights[keyID]
+	if m == nil {
+		m = make(map[*flight]struct{})
+		s.flights[keyID] = m
+	}
+	m[f] = struct{}{}
+	s.flightsMu.Unlock()
+	return func() {
+		s.flightsMu.Lock()
+		delete(m, f)
+		if len(m) == 0 {
+			delete(s.flights, keyID)
+		}
+		s.flightsMu.Unlock()
+	}
+}
+
+// Revoke ends every request in flight with the key: streams end with an
+// api_key_revoked error event.
+func (s *Service) Revoke(keyID string) {
+	s.flightsMu.Lock()
+	fs := make([]*flight, 0, len(s.flights[keyID]))
+	for f := range s.flights[keyID] {
+		fs = append(fs, f)
+	}
+	s.flightsMu.Unlock()
+	for _, f := range fs {
+		f.cancel(ErrKeyRevoked)
+	}
+	s.log.Info("api key revoked", "key_id", keyID, "streams_ended", len(fs))
+}

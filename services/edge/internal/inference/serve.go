@@ -1,0 +1,329 @@
+package inference
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/telemetry"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+)
+
+// Call is one generation to serve.
+type Call struct {
+	Key *registry.Key
+	// Endpoint is the engine endpoint the worker calls
+	// (events.EndpointChatCompletions, ...); usage is recorded under it.
+	Endpoint string
+	// Operation names the API in metrics and spans; default Endpoint.
+	Operation string
+	Request   Request
+	// Body goes to the engine unchanged.
+	Body []byte
+	// Start is when the request arrived; default now.
+	Start time.Time
+}
+
+// Renderer writes a generation's answer in the shape of its API.
+type Renderer interface {
+	// Chunk writes one streamed payload of the engine; first is true for
+	// the first, before which nothing was written.
+	Chunk(w http.ResponseWriter, payload []byte, first bool) error
+	// Done ends a stream that finished well.
+	Done(w http.ResponseWriter)
+	// Complete answers a request that was not streamed with the engine's
+	// status, content type and body.
+	Complete(w http.ResponseWriter, status int, contentType string, body []byte)
+	// Fail answers a failed request: as an error event when started (a
+	// stream's first chunk was written), else as an error response. err
+	// is the bridge's error, apiErr its OpenAI form.
+	Fail(w http.ResponseWriter, apiErr *contracts.Error, err error, started bool)
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// refusal is an answer given before a request reaches a worker.
+type refusal struct {
+	*contracts.Error
+	model string
+}
+
+func (s *Service) handler(endpoint string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		if ref := s.read(w, r, endpoint, start); ref != nil {
+			s.refuse(w, endpoint, ref)
+		}
+	}
+}
+
+func (s *Service) refuse(w http.ResponseWriter, operation string, ref *refusal) {
+	s.d.Metrics.requests.WithLabelValues(ref.model, operation, strconv.Itoa(ref.Status)).Inc()
+	s.d.Metrics.errors.WithLabelValues(ref.model, ref.Code).Inc()
+	contracts.Write(w, ref.Error)
+}
+
+// Authenticate returns the API key r presents, or nil.
+func (s *Service) Authenticate(r *http.Request) *registry.Key { return httpapi.KeyOf(s.d.Directory, r) }
+
+// read authenticates, reads and checks an OpenAI inference request and
+// serves it; it returns the refusal to write when it never reached a worker.
+func (s *Service) read(w http.ResponseWriter, r *http.Request, endpoint string, start time.Time) *refusal {
+	if s.d.Draining() {
+		return &refusal{Error: contracts.ErrShuttingDown()}
+	}
+	key := s.Authenticate(r)
+	if key == nil {
+		return &refusal{Error: contracts.ErrInvalidAPIKey()}
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			bufPool.Put(buf)
+		}
+	}()
+	limit := s.d.MaxBody
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &refusal{Error: contracts.ErrBodyTooLarge(limit)}
+		}
+		return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body.")}
+	}
+	body := buf.Bytes()
+	p, perr := parseInference(endpoint, body)
+	if perr != nil {
+		return &refusal{Error: perr}
+	}
+	return s.generate(w, r, Call{Key: key, Endpoint: endpoint, Request: p, Body: body, Start: start}, openAI{})
+}
+
+// Generate admits c (shutdown, model, key, rate limits, budgets) and
+// serves it through out. Every answer, refusals included, is written.
+func (s *Service) Generate(w http.ResponseWriter, r *http.Request, c Call, out Renderer) {
+	if c.Start.IsZero() {
+		c.Start = time.Now()
+	}
+	if c.Operation == "" {
+		c.Operation = c.Endpoint
+	}
+	if ref := s.generate(w, r, c, out); ref != nil {
+		s.refuse(w, c.Operation, ref)
+	}
+}
+
+func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out Renderer) *refusal {
+	if c.Operation == "" {
+		c.Operation = c.Endpoint
+	}
+	model := c.Request.Model
+	if s.d.Draining() {
+		return &refusal{Error: contracts.ErrShuttingDown(), model: model}
+	}
+	if _, ok := s.d.Directory.Served(model); !ok {
+		return &refusal{Error: contracts.ErrModelNotFound(model), model: model}
+	}
+	if !c.Key.Allows(model) {
+		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
+	}
+	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request)
+	if ref != nil {
+		return ref
+	}
+	s.serve(w, r, c, adm, out)
+	return nil
+}
+
+func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admitted, out Renderer) {
+	key, p, start := c.Key, c.Request, c.Start
+	reqID := newRequestID()
+	w.Header().Set("X-Request-Id", reqID)
+
+	ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.d.Tracer.Start(ctx, "edge "+c.Operation, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", c.Operation),
+			attribute.String("gen_ai.request.model", p.Model),
+			attribute.String("aiforge.tenant", key.Tenant),
+			attribute.String("aiforge.request_id", reqID),
+		))
+	defer span.End()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	untrack := s.track(key.ID, &flight{cancel: cancel})
+	defer untrack()
+	stopAfter := context.AfterFunc(s.d.Streams, func() { cancel(context.Cause(s.d.Streams)) })
+	defer stopAfter()
+
+	hdr := nats.Header{}
+	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
+	req := &bridge.OutRequest{
+		Model: p.Model, ID: reqID, Tenant: key.Tenant, KeyID: key.ID, Endpoint: c.Endpoint,
+		Stream: p.Stream, IncludeUsage: p.IncludeUsage, Body: c.Body, Header: hdr,
+		Reservations: adm.reservations,
+	}
+
+	m := s.d.Metrics
+	inFlight := m.inFlight.WithLabelValues(p.Model)
+	inFlight.Inc()
+	defer inFlight.Dec()
+
+	var (
+		res     bridge.Result
+		err     error
+		started bool
+		buf     *bytes.Buffer
+	)
+	if p.Stream {
+		rc := http.NewResponseController(w)
+		req.Flush = rc.Flush
+		var last time.Time
+		ttft := m.ttft.WithLabelValues(p.Model)
+		itl := m.itl.WithLabelValues(p.Model)
+		res, err = s.d.Client.Do(ctx, req, func(payload []byte) error {
+			now := time.Now()
+			first := !started
+			if first {
+				started = true
+				ttft.Observe(now.Sub(start).Seconds())
+			} else {
+				itl.Observe(now.Sub(last).Seconds())
+			}
+			last = now
+			return out.Chunk(w, payload, first)
+		})
+	} else {
+		buf = bufPool.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer bufPool.Put(buf)
+		res, err = s.d.Client.Do(ctx, req, func(part []byte) error {
+			buf.Write(part)
+			return nil
+		})
+	}
+	if res.Retried {
+		m.failovers.WithLabelValues(p.Model).Inc()
+	}
+
+	status := http.StatusOK
+	switch {
+	case err == nil && p.Stream:
+		out.Done(w)
+		_ = http.NewResponseController(w).Flush()
+	case err == nil:
+		status = res.Status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		ct := res.ContentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		out.Complete(w, status, ct, buf.Bytes())
+	default:
+		apiErr := s.mapError(ctx, err, p.Model)
+		status = apiErr.Status
+		span.SetStatus(codes.Error, apiErr.Code)
+		m.errors.WithLabelValues(p.Model, apiErr.Code).Inc()
+		cause := context.Cause(ctx)
+		if r.Context().Err() != nil && !errors.Is(cause, ErrKeyRevoked) && !errors.Is(cause, ErrShuttingDown) {
+			status = 499 // client closed the request
+		} else {
+			out.Fail(w, apiErr, err, started)
+			if started {
+				_ = http.NewResponseController(w).Flush()
+			}
+		}
+		var be *bridge.Error
+		switch {
+		case errors.Is(err, bridge.ErrNoWorker) && len(adm.reservations) > 0:
+			go s.release(adm.reservations)
+		case errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0:
+			s.recordLostUsage(c, reqID, res, span, adm.reservations)
+		}
+	}
+	m.requests.WithLabelValues(p.Model, c.Operation, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(p.Model, c.Operation).Observe(time.Since(start).Seconds())
+}
+
+// openAI renders the OpenAI endpoints: the engine's SSE chunks or body as
+// they are.
+type openAI struct{}
+
+func (openAI) Chunk(w http.ResponseWriter, payload []byte, first bool) error {
+	if first {
+		StartSSE(w)
+	}
+	return contracts.WriteEvent(w, payload)
+}
+
+func (openAI) Done(w http.ResponseWriter) { _ = contracts.WriteDone(w) }
+
+func (openAI) Complete(w http.ResponseWriter, status int, contentType string, body []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (openAI) Fail(w http.ResponseWriter, apiErr *contracts.Error, err error, started bool) {
+	if started {
+		_ = contracts.WriteErrorEvent(w, apiErr)
+		return
+	}
+	WriteError(w, apiErr, err)
+}
+
+// StartSSE writes the headers of a 200 event stream.
+func StartSSE(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+}
+
+// WriteError answers with the engine's own OpenAI-shaped error when the
+// worker passed one through, else with apiErr.
+func WriteError(w http.ResponseWriter, apiErr *contracts.Error, err error) {
+	var be *bridge.Error
+	if errors.As(err, &be) && len(be.Body) > 0 {
+		if _, ok := contracts.ParseError(be.Status, be.Body); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(be.Status)
+			_, _ = w.Write(be.Body)
+			return
+		}
+	}
+	contracts.Write(w, apiErr)
+}
+
+// Serves reports whether model is a served name.
+func (s *Service) Serves(model string) bool {
+	_, ok := s.d.Directory.Served(model)
+	return ok
+}

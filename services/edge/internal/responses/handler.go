@@ -1,0 +1,170 @@
+package responses
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+	"github.com/aiforge/aiforge/services/edge/internal/inference"
+	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
+)
+
+// Deps are what the Responses API needs.
+type Deps struct {
+	Inference *inference.Service
+	Search    *vectorstores.Service
+}
+
+// Service is the Responses API.
+type Service struct{ d Deps }
+
+// New builds the Responses API.
+func New(d Deps) *Service { return &Service{d: d} }
+
+// Routes mounts POST /v1/responses.
+func (s *Service) Routes(mux *http.ServeMux) { mux.HandleFunc("POST /v1/responses", s.responses) }
+
+func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	key := s.d.Inference.Authenticate(r)
+	if key == nil {
+		contracts.Write(w, contracts.ErrInvalidAPIKey())
+		return
+	}
+	var req responsesRequest
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not valid JSON: "+httpapi.TrimJSONErr(err)))
+		return
+	}
+	if req.Model == "" {
+		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeMissingParam, "Missing required parameter: 'model'."))
+		return
+	}
+	msgs, err := inputMessages(req.Input)
+	if err != nil {
+		contracts.Write(w, contracts.ErrBadRequest("input", contracts.CodeInvalidRequest, "Invalid 'input': "+err.Error()))
+		return
+	}
+	// The model is checked before retrieval, so a refused request costs no
+	// search; Generate checks it again with the rest of admission.
+	if !s.d.Inference.Serves(req.Model) {
+		contracts.Write(w, contracts.ErrModelNotFound(req.Model))
+		return
+	}
+	if !key.Allows(req.Model) {
+		contracts.Write(w, contracts.ErrModelNotAllowed(req.Model))
+		return
+	}
+
+	// Retrieval.
+	question := ""
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			question = msgs[i].Content
+			break
+		}
+	}
+	var results []vectorstores.Result
+	searched := false
+	for _, t := range req.Tools {
+		if t.Type != "file_search" {
+			contracts.Write(w, contracts.ErrBadRequest("tools", contracts.CodeInvalidRequest, fmt.Sprintf("Tool type %q is not supported here; use file_search.", t.Type)))
+			return
+		}
+		if len(t.VectorStoreIDs) == 0 {
+			contracts.Write(w, contracts.ErrBadRequest("tools.vector_store_ids", contracts.CodeMissingParam, "file_search needs 'vector_store_ids'."))
+			return
+		}
+		limit := 10
+		if t.MaxNumResults != nil {
+			limit = min(max(*t.MaxNumResults, 1), 50)
+		}
+		threshold := 0.0
+		if t.RankingOptions != nil && t.RankingOptions.ScoreThreshold != nil {
+			threshold = *t.RankingOptions.ScoreThreshold
+		}
+		res, e := s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, threshold)
+		if e != nil {
+			contracts.Write(w, e)
+			return
+		}
+		results = append(results, res...)
+		searched = true
+	}
+
+	// Prompt assembly: numbered sources the model is asked to cite.
+	chat := make([]chatMessage, 0, len(msgs)+1)
+	sys := req.Instructions
+	if searched {
+		var b strings.Builder
+		if sys != "" {
+			b.WriteString(sys + "\n\n")
+		}
+		b.WriteString("Answer from the sources below and cite them as [n]. If they do not contain the answer, say so.\n")
+		for i, res := range results {
+			fmt.Fprintf(&b, "\n[%d] %s", i+1, res.Filename)
+			if p, ok := res.Attributes["page"]; ok {
+				fmt.Fprintf(&b, " (page %v)", p)
+			}
+			fmt.Fprintf(&b, ":\n%s\n", res.Text())
+		}
+		sys = b.String()
+	}
+	if sys != "" {
+		chat = append(chat, chatMessage{Role: "system", Content: sys})
+	}
+	chat = append(chat, msgs...)
+	cbody := map[string]any{"model": req.Model, "messages": chat, "stream": req.Stream}
+	if req.MaxOutputTokens != nil {
+		cbody["max_tokens"] = *req.MaxOutputTokens
+	}
+	if req.Temperature != nil {
+		cbody["temperature"] = *req.Temperature
+	}
+	if req.Stream {
+		cbody["stream_options"] = map[string]any{"include_usage": true}
+	}
+	chatBody, _ := json.Marshal(cbody)
+	p := inference.Request{Model: req.Model, Stream: req.Stream, IncludeUsage: req.Stream, InputBytes: int64(len(chatBody))}
+	if req.MaxOutputTokens != nil {
+		p.MaxTokens = *req.MaxOutputTokens
+	}
+
+	includeResults := false
+	for _, inc := range req.Include {
+		if inc == "file_search_call.results" {
+			includeResults = true
+		}
+	}
+	rw := &renderer{model: req.Model, id: "resp_" + events.NewID()[:24], created: start.Unix(),
+		results: results, searched: searched, includeResults: includeResults, query: question}
+	s.d.Inference.Generate(w, r, inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
+		Request: p, Body: chatBody, Start: start}, rw)
+}
+
+// readBody reads a request body within the edge's limit.
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	var buf bytes.Buffer
+	limit := s.d.Inference.MaxBody()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			contracts.Write(w, contracts.ErrBodyTooLarge(limit))
+		} else {
+			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body."))
+		}
+		return nil, false
+	}
+	return buf.Bytes(), true
+}

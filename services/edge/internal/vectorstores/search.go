@@ -1,0 +1,170 @@
+package vectorstores
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/query"
+	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/vectorstore"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+)
+
+type searchRequest struct {
+	Query          json.RawMessage `json:"query"`
+	Filters        json.RawMessage `json:"filters"`
+	MaxNumResults  *int            `json:"max_num_results"`
+	RankingOptions *struct {
+		Ranker         string   `json:"ranker"`
+		ScoreThreshold *float64 `json:"score_threshold"`
+	} `json:"ranking_options"`
+	RewriteQuery bool `json:"rewrite_query"`
+}
+
+// Result is one search result in OpenAI's shape.
+type Result struct {
+	FileID     string           `json:"file_id"`
+	Filename   string           `json:"filename"`
+	Score      float64          `json:"score"`
+	Attributes map[string]any   `json:"attributes"`
+	Content    []map[string]any `json:"content"`
+}
+
+// Text is the result's text.
+func (r Result) Text() any { return r.Content[0]["text"] }
+
+// Search searches the stores storeIDs of tenant; a store that does not
+// exist answers 404.
+func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries []string, filters json.RawMessage, limit int, threshold float64) ([]Result, *contracts.Error) {
+	stores := make([]VectorStore, 0, len(storeIDs))
+	for _, id := range storeIDs {
+		vs, _, err := kvGet[VectorStore](ctx, s.d.StoresKV, vectorstore.StoreKey(tenant, id))
+		if err != nil || !vectorstore.ValidID("vs_", id) {
+			return nil, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
+				Message: fmt.Sprintf("No such vector store: %s", id)}
+		}
+		stores = append(stores, vs)
+	}
+	return s.searchStores(ctx, tenant, stores, queries, filters, limit, threshold)
+}
+
+// searchStores asks the retriever and returns OpenAI-shaped results; pages
+// and heading paths (aiforge's additions) ride in the attributes.
+func (s *Service) searchStores(ctx context.Context, tenant string, stores []VectorStore, queries []string, filters json.RawMessage, limit int, threshold float64) ([]Result, *contracts.Error) {
+	ids := make([]string, len(stores))
+	model := ""
+	for i, vs := range stores {
+		ids[i] = vs.ID
+		if vs.EmbeddingModel != "" {
+			model = vs.EmbeddingModel
+		}
+	}
+	req := query.SearchRequest{Tenant: tenant, StoreIDs: ids, Queries: queries, Limit: limit, ScoreThreshold: threshold, EmbeddingModel: model}
+	if len(filters) > 0 && string(filters) != "null" {
+		req.Filter = filters
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msg, err := s.d.NC.RequestWithContext(ctx, events.RetrieverQuery, body)
+	if err != nil {
+		why := "did not answer in time"
+		if errors.Is(err, nats.ErrNoResponders) {
+			why = "is not running"
+		}
+		return nil, contracts.ErrServiceUnavailable("retriever", why)
+	}
+	var reply query.SearchReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return nil, contracts.ErrInternal("The retriever answered badly.")
+	}
+	if reply.Error != nil {
+		if reply.Error.Status == http.StatusBadRequest {
+			return nil, contracts.ErrBadRequest(reply.Error.Param, contracts.CodeInvalidRequest, reply.Error.Message)
+		}
+		return nil, contracts.ErrEngine(reply.Error.Message)
+	}
+	names := map[string]string{}
+	out := make([]Result, 0, len(reply.Hits))
+	for _, h := range reply.Hits {
+		name, ok := names[h.FileID]
+		if !ok {
+			if f, err := s.d.FileAPI.Load(ctx, tenant, h.FileID); err == nil {
+				name = f.Filename
+			}
+			names[h.FileID] = name
+		}
+		attrs := map[string]any{}
+		for k, v := range h.Attributes {
+			attrs[k] = v
+		}
+		if len(h.Pages) > 0 {
+			// Attribute values are strings, numbers or booleans: the first
+			// page as a number, every page as a comma-separated string.
+			attrs["page"] = h.Pages[0]
+			if len(h.Pages) > 1 {
+				ps := make([]string, len(h.Pages))
+				for i, p := range h.Pages {
+					ps[i] = strconv.Itoa(p)
+				}
+				attrs["pages"] = strings.Join(ps, ",")
+			}
+		}
+		if len(h.HeadingPath) > 0 {
+			attrs["heading_path"] = strings.Join(h.HeadingPath, " > ")
+		}
+		out = append(out, Result{FileID: h.FileID, Filename: name, Score: h.Score, Attributes: attrs,
+			Content: []map[string]any{{"type": "text", "text": h.Text}}})
+	}
+	return out, nil
+}
+
+func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
+	vs, ok := s.loadStore(w, r, k)
+	if !ok {
+		return
+	}
+	var req searchRequest
+	if !httpapi.Decode(w, r, &req) {
+		return
+	}
+	var queries []string
+	var one string
+	if json.Unmarshal(req.Query, &one) == nil && one != "" {
+		queries = []string{one}
+	} else if json.Unmarshal(req.Query, &queries) != nil || len(queries) == 0 {
+		contracts.Write(w, contracts.ErrBadRequest("query", contracts.CodeMissingParam, "Missing required parameter: 'query' (a string or an array of strings)."))
+		return
+	}
+	limit := 10
+	if req.MaxNumResults != nil {
+		if *req.MaxNumResults < 1 || *req.MaxNumResults > 50 {
+			contracts.Write(w, contracts.ErrBadRequest("max_num_results", contracts.CodeInvalidRequest, "Invalid 'max_num_results': expected 1 to 50."))
+			return
+		}
+		limit = *req.MaxNumResults
+	}
+	threshold := 0.0
+	if req.RankingOptions != nil && req.RankingOptions.ScoreThreshold != nil {
+		threshold = *req.RankingOptions.ScoreThreshold
+	}
+	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, threshold)
+	if e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "vector_store.search_results.page", "search_query": queries,
+		"data": results, "has_more": false, "next_page": nil})
+}
+
+// FilesBatch is OpenAI's vector store file batch object.
