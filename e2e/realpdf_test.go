@@ -5,9 +5,9 @@ import (
 	"context"
 	"html"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +26,11 @@ var (
 // with every Go installation (BSD licence), as a PDF of 70+ pages.
 func specPDF(t *testing.T) ([]byte, int) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "doc", "go_spec.html"))
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "doc", "go_spec.html"))
 	if err != nil {
 		t.Fatalf("the Go specification is part of every Go installation: %v", err)
 	}

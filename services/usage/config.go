@@ -154,7 +154,7 @@ func (c Config) Validate() error {
 	}
 	for e, f := range c.Discounts {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-			errs = append(errs, fmt.Errorf("Discounts[%q] = %v must be a finite factor >= 0", e, f))
+			errs = append(errs, fmt.Errorf("the value of Discounts[%q] = %v must be a finite factor >= 0", e, f))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
