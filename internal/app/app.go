@@ -106,31 +106,48 @@ type RetrieverOptions struct {
 	Qdrant qdrant.Config
 }
 
-// module is one runnable component.
+// module is one component of a process: a service that runs, or shared
+// infrastructure (the bus, the object store) that services are given.
 type module struct {
+	// deps must be set up before the module: what it cannot work without.
 	deps []string
-	// build returns the component's Run and readiness, or nil when the
-	// module only provides shared infrastructure.
+	// after orders the module behind others when they run in the same
+	// process, without needing them: the edge starts after the services it
+	// routes to (so it is ready only when they are) and stops before them
+	// (so it drains its open streams while the workers still serve them).
+	after []string
+	// service is false for shared infrastructure, which `aiforge run`
+	// does not offer as a target of its own.
+	service bool
+	// build sets the module up and returns its Run and readiness; run is
+	// nil for infrastructure that only provides something to others.
 	build func(a *App) (run func(context.Context) error, ready func() bool, err error)
 }
 
-// modules is the table of everything that can run and what it needs.
+// The services the edge routes requests and queries to.
+var routedBehindEdge = []string{"usage", "retriever", "embedder", "ingest", "guardian", "workers", "worker"}
+
+// modules is the table of everything a process can set up and what each
+// needs. "bus" is the NATS connection (the embedded server, or an external
+// one), set up before everything else; "objects" is the one object store
+// (S3 when configured, else DataDir/objects) every service that reads or
+// writes blobs shares.
 var modules = map[string]module{
 	"bus":       {},
-	"nats":      {deps: []string{"bus"}, build: (*App).buildNATS},
-	"edge":      {deps: []string{"bus"}, build: (*App).buildEdge},
-	"workers":   {deps: []string{"bus"}, build: (*App).buildSupervisor},
-	"worker":    {deps: []string{"bus"}, build: (*App).buildWorker},
-	"usage":     {deps: []string{"bus"}, build: (*App).buildUsage},
-	"ingest":    {deps: []string{"bus"}, build: (*App).buildIngest},
-	"embedder":  {deps: []string{"bus"}, build: (*App).buildEmbedder},
-	"retriever": {deps: []string{"bus"}, build: (*App).buildRetriever},
-	"guardian":  {deps: []string{"bus"}, build: (*App).buildGuardian},
+	"objects":   {build: (*App).buildObjects},
+	"nats":      {deps: []string{"bus"}, service: true, build: (*App).buildNATS},
+	"edge":      {deps: []string{"bus", "objects"}, after: routedBehindEdge, service: true, build: (*App).buildEdge},
+	"workers":   {deps: []string{"bus", "objects"}, service: true, build: (*App).buildSupervisor},
+	"worker":    {deps: []string{"bus"}, service: true, build: (*App).buildWorker},
+	"usage":     {deps: []string{"bus"}, service: true, build: (*App).buildUsage},
+	"ingest":    {deps: []string{"bus", "objects"}, service: true, build: (*App).buildIngest},
+	"embedder":  {deps: []string{"bus", "objects"}, service: true, build: (*App).buildEmbedder},
+	"retriever": {deps: []string{"bus", "objects"}, service: true, build: (*App).buildRetriever},
+	"guardian":  {deps: []string{"bus", "objects"}, service: true, build: (*App).buildGuardian},
 }
 
-// groups name sets of modules. Modules start in this order (after their
-// dependencies) and stop in reverse: the edge starts last and stops first,
-// so it drains its open streams while the workers still serve them.
+// groups name sets of modules; "all" is what `aiforge up` runs. The start
+// order comes from the table (deps, then after), not from a group.
 var groups = map[string][]string{
 	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "edge"},
 }
@@ -138,8 +155,8 @@ var groups = map[string][]string{
 // Targets lists what `aiforge run` accepts.
 func Targets() []string {
 	var out []string
-	for k := range modules {
-		if k != "bus" {
+	for k, m := range modules {
+		if m.service {
 			out = append(out, k)
 		}
 	}
@@ -162,8 +179,9 @@ type App struct {
 	Registry *prometheus.Registry
 	Tracer   *sdktrace.TracerProvider
 
-	edge *edge.Service
-	wm   *worker.Metrics
+	edge  *edge.Service
+	wm    *worker.Metrics
+	store objstore.Store // the "objects" module: nil without a data dir or S3
 
 	mu     sync.Mutex
 	states []*state
@@ -203,34 +221,68 @@ func New(opts Options) (*App, error) {
 	return &App{opts: opts, log: opts.Logger, Registry: reg, Tracer: tp}, nil
 }
 
-// order expands groups and sorts modules so that dependencies come first.
+// order expands groups and sorts the modules to set up: every module after
+// its deps, and after the modules it is ordered behind when they are also
+// set up; ties in name order, so the order is the same on every start.
 func order(targets []string) ([]string, error) {
-	var want []string
-	for _, t := range targets {
-		if g, ok := groups[t]; ok {
-			want = append(want, g...)
-			continue
-		}
-		if _, ok := modules[t]; !ok {
-			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets(), ", "))
-		}
-		want = append(want, t)
-	}
-	var out []string
-	seen := map[string]bool{}
-	var visit func(string)
-	visit = func(n string) {
-		if seen[n] {
+	want := map[string]bool{}
+	var add func(string)
+	add = func(n string) {
+		if want[n] {
 			return
 		}
-		seen[n] = true
+		want[n] = true
 		for _, d := range modules[n].deps {
-			visit(d)
+			add(d)
 		}
-		out = append(out, n)
 	}
-	for _, n := range want {
-		visit(n)
+	for _, t := range targets {
+		if g, ok := groups[t]; ok {
+			for _, n := range g {
+				add(n)
+			}
+			continue
+		}
+		if m, ok := modules[t]; !ok || !m.service {
+			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets(), ", "))
+		}
+		add(t)
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []string
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(string) error
+	visit = func(n string) error {
+		switch state[n] {
+		case 1:
+			return fmt.Errorf("module %s depends on itself", n)
+		case 2:
+			return nil
+		}
+		state[n] = 1
+		m := modules[n]
+		before := append(slices.Clone(m.deps), m.after...)
+		slices.Sort(before)
+		for _, d := range before {
+			if !want[d] {
+				continue // ordered behind, but not set up in this process
+			}
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		state[n] = 2
+		out = append(out, n)
+		return nil
+	}
+	for _, n := range names {
+		if err := visit(n); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -301,6 +353,9 @@ func (a *App) Run(ctx context.Context) error {
 		run, ready, err := m.build(a)
 		if err != nil {
 			return moduleError(n, err)
+		}
+		if run == nil {
+			continue // infrastructure, set up for the modules after it
 		}
 		a.mu.Lock()
 		a.states = append(a.states, &state{name: n, run: run, ready: ready})
@@ -440,10 +495,7 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	cfg.AdminKey = key
-	objects, err := a.objects()
-	if err != nil {
-		return nil, nil, err
-	}
+	objects := a.store
 	e, err := edge.New(cfg, edge.Deps{
 		NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
 		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready, Objects: objects,
@@ -458,16 +510,18 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 	return e.Run, func() bool { return e.Addr() != "" }, nil
 }
 
-// objects is the object store: S3 when configured, else a directory in the
-// data dir; nil (Files API off) when neither is available.
-func (a *App) objects() (objstore.Store, error) {
-	if a.opts.S3 != nil {
-		return objstore.NewS3(context.Background(), *a.opts.S3)
+// buildObjects opens the process's one object store: S3 when configured,
+// else a directory in the data dir; none (the Files API and uploads answer
+// storage_unavailable) when neither is available.
+func (a *App) buildObjects() (func(context.Context) error, func() bool, error) {
+	var err error
+	switch {
+	case a.opts.S3 != nil:
+		a.store, err = objstore.NewS3(context.Background(), *a.opts.S3)
+	case a.opts.DataDir != "":
+		a.store, err = objstore.NewLocal(objstore.LocalConfig{Dir: filepath.Join(a.opts.DataDir, "objects")})
 	}
-	if a.opts.DataDir == "" {
-		return nil, nil
-	}
-	return objstore.NewLocal(objstore.LocalConfig{Dir: filepath.Join(a.opts.DataDir, "objects")})
+	return nil, nil, err
 }
 
 // workerMetrics is shared by every worker of the process.
@@ -505,10 +559,7 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	// With an object store the workers also serve the catalog's published
 	// LoRA adapters, materialised under DataDir/adapters, and materialise
 	// each served model's deployed version under DataDir/models.
-	objects, err := a.objects()
-	if err != nil {
-		return nil, nil, err
-	}
+	objects := a.store
 	scfg := supervisor.Config{WorkerDefaults: a.opts.WorkerDefaults}
 	if a.opts.DataDir != "" {
 		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
@@ -544,12 +595,13 @@ func (a *App) buildUsage() (func(context.Context) error, func() bool, error) {
 	return u.Run, u.Ready, nil
 }
 
+// requireObjects is the object store of a service that cannot work
+// without one.
 func (a *App) requireObjects() (objstore.Store, error) {
-	o, err := a.objects()
-	if err == nil && o == nil {
-		err = errors.New("an object store is needed: a data dir or S3")
+	if a.store == nil {
+		return nil, errors.New("an object store is needed: a data dir or S3")
 	}
-	return o, err
+	return a.store, nil
 }
 
 func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {

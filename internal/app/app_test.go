@@ -19,20 +19,33 @@ import (
 )
 
 func TestOrderPutsDependenciesFirstAndEdgeLast(t *testing.T) {
-	got, err := order([]string{"all"})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		targets []string
+		want    []string
+	}{
+		// The bus and the one object store first; the edge after every
+		// service it routes to, so it starts last and stops first.
+		{[]string{"all"}, []string{"bus", "objects", "embedder", "guardian", "ingest", "retriever", "usage", "workers", "edge"}},
+		{[]string{"worker"}, []string{"bus", "worker"}},
+		{[]string{"edge"}, []string{"bus", "objects", "edge"}},
+		{[]string{"edge", "usage"}, []string{"bus", "objects", "usage", "edge"}},
+		{[]string{"usage", "edge", "all"}, []string{"bus", "objects", "embedder", "guardian", "ingest", "retriever", "usage", "workers", "edge"}},
+	} {
+		got, err := order(tc.targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("order(%v) = %v, want %v", tc.targets, got, tc.want)
+		}
 	}
-	want := []string{"bus", "usage", "retriever", "embedder", "ingest", "guardian", "workers", "edge"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("order(all) = %v, want %v (the edge must stop first)", got, want)
+	for _, bad := range []string{"nope", "objects", "bus"} {
+		if _, err := order([]string{bad}); err == nil {
+			t.Errorf("target %q accepted: only services can be run", bad)
+		}
 	}
-	if _, err := order([]string{"nope"}); err == nil {
-		t.Fatal("unknown target accepted")
-	}
-	got, _ = order([]string{"worker"})
-	if !slices.Equal(got, []string{"bus", "worker"}) {
-		t.Fatalf("order(worker) = %v", got)
+	if slices.Contains(Targets(), "objects") || slices.Contains(Targets(), "bus") {
+		t.Errorf("Targets() = %v lists infrastructure", Targets())
 	}
 }
 
