@@ -214,8 +214,7 @@ func validSubject(s string, wildcards bool) error {
 // panic) has it redelivered after a backoff until MaxDeliver, then
 // dead-lettered. Handlers must be idempotent: delivery is at least once.
 //
-// ctx carries the envelope (EnvelopeFromContext), traceparent untouched, is
-// not canceled when Run's context is, so a handler in progress can finish at
+// ctx is not canceled when Run's context is, so a handler in progress can finish at
 // shutdown, and expires after AckWait, when the server redelivers anyway.
 type Handler func(ctx context.Context, env Envelope, ev Event) error
 
@@ -227,20 +226,6 @@ type ConsumerStats struct {
 	DeadLettered uint64 // copied to the dead-letter subject and terminated
 	Unknown      uint64 // event type not in the registry; acked unhandled
 	Invalid      uint64 // undecodable or invalid event; dead-lettered at once
-}
-
-type envelopeKey struct{}
-
-// ContextWithEnvelope returns a context that carries env.
-func ContextWithEnvelope(ctx context.Context, env Envelope) context.Context {
-	return context.WithValue(ctx, envelopeKey{}, env)
-}
-
-// EnvelopeFromContext returns the envelope of the event being handled; a
-// tracing layer reads TraceParent and TraceState from it.
-func EnvelopeFromContext(ctx context.Context) (Envelope, bool) {
-	env, ok := ctx.Value(envelopeKey{}).(Envelope)
-	return env, ok
 }
 
 // Consumer runs a Handler on a durable JetStream consumer.
@@ -535,7 +520,7 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 // Run's cancellation and expires after AckWait, unless the handler extends
 // it with InProgress; a panic becomes an error.
 func (c *Consumer) call(ctx context.Context, msg jetstream.Msg, env Envelope, ev Event) (err error) {
-	hctx, cancel := context.WithCancelCause(ContextWithEnvelope(context.WithoutCancel(ctx), env))
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	l := &lease{msg: msg, wait: c.cfg.AckWait}
 	l.timer = time.AfterFunc(c.cfg.AckWait, func() { cancel(context.DeadlineExceeded) })

@@ -14,13 +14,6 @@ type Difference struct {
 	Recomputed Counters `json:"recomputed"`
 }
 
-// Diff compares the buckets whose minute starts in [from, to) (zero times
-// leave that end open) and returns the differences in bucket order.
-func Diff(stored, recomputed *Ledger, from, to time.Time) []Difference {
-	d, _ := Compare(stored, recomputed, from, to)
-	return d
-}
-
 // Compare is Diff that also counts the buckets compared (the union of both
 // sides' buckets in range).
 func Compare(stored, recomputed *Ledger, from, to time.Time) (diffs []Difference, compared int) {

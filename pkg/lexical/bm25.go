@@ -104,24 +104,3 @@ func (p BM25) DocVector(tf map[string]uint32, docLen int, avgDocLen float64) (in
 	}
 	return indices, values
 }
-
-// QueryVector turns a query's terms (from Terms) into a sparse vector of
-// TermIDs in increasing order, each with weight 1 per occurrence (a term
-// repeated in the query counts more). Multiply by IDF when the index does not
-// apply it itself (Qdrant's "idf" modifier does).
-func QueryVector(terms []string) (indices []uint32, values []float32) {
-	counts := make(map[uint32]float32, len(terms))
-	for _, t := range terms {
-		counts[TermID(t)]++
-	}
-	indices = make([]uint32, 0, len(counts))
-	for id := range counts {
-		indices = append(indices, id)
-	}
-	slices.Sort(indices)
-	values = make([]float32, len(indices))
-	for i, id := range indices {
-		values[i] = counts[id]
-	}
-	return indices, values
-}

@@ -35,17 +35,6 @@ var snowballStopWords = []string{
 	"very",
 }
 
-// StopWords returns a copy of the English stop-word list used by NewEnglish.
-func StopWords() []string {
-	return append([]string(nil), snowballStopWords...)
-}
-
-// IsStopWord reports whether the lowercased word w is an English stop word.
-func IsStopWord(w string) bool {
-	_, ok := stopSet[w]
-	return ok
-}
-
 var stopSet = func() map[string]struct{} {
 	m := make(map[string]struct{}, len(snowballStopWords))
 	for _, w := range snowballStopWords {

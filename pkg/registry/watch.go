@@ -26,14 +26,6 @@ func (s *Store) WatchModels(ctx context.Context, fn func(c Change[Model], initia
 	return watch(ctx, s.models, fn)
 }
 
-// WatchBucket is the watcher behind WatchKeys and WatchModels for any
-// bucket of JSON values of type T: kv.Watch, with values that do not decode
-// skipped. It returns nil when ctx ends and an error when the watch ends
-// under a live context (the connection closed).
-func WatchBucket[T any](ctx context.Context, b jetstream.KeyValue, fn func(c Change[T], initialDone bool)) error {
-	return watch(ctx, b, fn)
-}
-
 func watch[T any](ctx context.Context, b jetstream.KeyValue, fn func(Change[T], bool)) error {
 	err := kv.Watch(ctx, b, func(c kv.Change[T], initialDone bool) {
 		if c.Err != nil {

@@ -26,13 +26,6 @@ type stTensor struct {
 	bytes      uint64
 }
 
-// ScanSafetensors fully validates a safetensors file. It never reads past
-// size and never allocates more than the (bounded, checked) header length.
-func ScanSafetensors(r io.ReaderAt, size int64) (FileReport, []Reason) {
-	rep, _, reasons := scanSafetensors(r, size)
-	return rep, reasons
-}
-
 func stReason(code, msg string) []Reason {
 	return []Reason{{Code: code, Message: msg}}
 }
