@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/aiforge/aiforge/internal/cli"
+	"github.com/aiforge/aiforge/pkg/ledger"
+	"github.com/aiforge/aiforge/pkg/query"
 )
 
 func usageCmd() *cobra.Command {
@@ -56,39 +58,6 @@ func parseWhen(v string, def time.Time) (time.Time, error) {
 		return t, nil
 	}
 	return time.Parse(time.RFC3339, v)
-}
-
-type usagePage struct {
-	Data []struct {
-		StartTime int64 `json:"start_time"`
-		EndTime   int64 `json:"end_time"`
-		Results   []struct {
-			InputTokens       int64   `json:"input_tokens"`
-			OutputTokens      int64   `json:"output_tokens"`
-			InputCachedTokens int64   `json:"input_cached_tokens"`
-			NumModelRequests  int64   `json:"num_model_requests"`
-			ProjectID         *string `json:"project_id"`
-			APIKeyID          *string `json:"api_key_id"`
-			Model             *string `json:"model"`
-		} `json:"results"`
-	} `json:"data"`
-	HasMore  bool    `json:"has_more"`
-	NextPage *string `json:"next_page"`
-}
-
-type costPage struct {
-	Data []struct {
-		StartTime int64 `json:"start_time"`
-		Results   []struct {
-			Amount struct {
-				Value float64 `json:"value"`
-			} `json:"amount"`
-			ProjectID *string `json:"project_id"`
-			LineItem  *string `json:"line_item"`
-		} `json:"results"`
-	} `json:"data"`
-	HasMore  bool    `json:"has_more"`
-	NextPage *string `json:"next_page"`
 }
 
 func str(p *string) string {
@@ -142,7 +111,8 @@ func usageReportCmd() *cobra.Command {
 				if page != "" {
 					q.Set("page", page)
 				}
-				var p usagePage
+				// An embeddings page decodes too: its results are a subset.
+				var p ledger.Page[ledger.CompletionsResult]
 				if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/organization/usage/"+kind+"?"+q.Encode(), nil, &p); err != nil {
 					return err
 				}
@@ -165,7 +135,7 @@ func usageReportCmd() *cobra.Command {
 					if page != "" {
 						cq.Set("page", page)
 					}
-					var p costPage
+					var p ledger.Page[ledger.CostsResult]
 					if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/organization/costs?"+cq.Encode(), nil, &p); err != nil {
 						return err
 					}
@@ -251,16 +221,6 @@ func barChart(w io.Writer, order []string, values map[string]int64, costs map[st
 	}
 }
 
-type auditReport struct {
-	From            int64             `json:"from"`
-	To              int64             `json:"to"`
-	EventsReplayed  int64             `json:"events_replayed"`
-	BucketsCompared int64             `json:"buckets_compared"`
-	Differences     []json.RawMessage `json:"differences"`
-	ReplaySeconds   float64           `json:"replay_seconds"`
-	EventsPerSecond float64           `json:"events_per_second"`
-}
-
 // errAuditDifferences makes the command exit non-zero without an extra line.
 var errAuditDifferences = fmt.Errorf("the audit found differences")
 
@@ -295,7 +255,7 @@ func usageAuditCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "auditing %s .. %s (replaying the usage stream) ...\n", start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
-			var rep auditReport
+			var rep query.AuditReply
 			if err := cl.Do(cmd.Context(), http.MethodPost, "/admin/v1/usage/audit?"+q.Encode(), nil, &rep); err != nil {
 				return err
 			}
@@ -304,7 +264,11 @@ func usageAuditCmd() *cobra.Command {
 			fmt.Fprintf(out, "buckets compared:  %d\n", rep.BucketsCompared)
 			fmt.Fprintf(out, "differences:       %d\n", len(rep.Differences))
 			for _, d := range rep.Differences {
-				fmt.Fprintf(out, "  %s\n", d)
+				b, err := json.Marshal(d)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "  %s\n", b)
 			}
 			if len(rep.Differences) > 0 {
 				cmd.SilenceErrors = false

@@ -18,6 +18,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/embedding"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/lexical"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/query"
@@ -152,21 +153,21 @@ func (s *Service) indexFile(ctx context.Context, e *events.DocEmbeddedV1) error 
 
 // fileAttributes reads the vector store file's attributes (they may change
 // after ingestion started); live is false when the file left the store or
-// its processing was cancelled.
+// its processing was cancelled. A record that does not decode is an error
+// (the file is retried, then dead-lettered and failed), never a file
+// indexed without its attributes.
 func (s *Service) fileAttributes(ctx context.Context, ref events.DocRef) (attrs map[string]any, live bool, err error) {
-	kv, err := s.deps.JS.KeyValue(ctx, events.BucketVectorStoreFiles)
+	bucket, err := s.deps.JS.KeyValue(ctx, events.BucketVectorStoreFiles)
 	if err != nil {
 		return nil, false, err
 	}
-	e, err := kv.Get(ctx, vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID))
+	rec, _, err := kv.Get[vectorstore.FileRecord](ctx, bucket, vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID))
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, false, nil
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, false, nil
-		}
 		return nil, false, err
 	}
-	var rec vectorstore.FileRecord
-	_ = json.Unmarshal(e.Value(), &rec)
 	return rec.Attributes, rec.Live(), nil
 }
 

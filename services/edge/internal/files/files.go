@@ -5,7 +5,6 @@ package files
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -178,8 +178,8 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 		return
 	}
 	rec.Purpose = purpose
-	b, _ := json.Marshal(rec)
-	if _, err := s.d.KV.Put(r.Context(), fileKVKey(k.Tenant, rec.ID), b); err != nil {
+	if _, err := kv.Create(r.Context(), s.d.KV, fileKVKey(k.Tenant, rec.ID), *rec); err != nil {
+		s.log.Error("record file", "tenant", k.Tenant, "file_id", rec.ID, "err", err)
 		_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
 		contracts.Write(w, contracts.ErrInternal("The file could not be recorded."))
 		return
@@ -187,20 +187,14 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 	httpapi.WriteJSON(w, http.StatusOK, rec.File)
 }
 
-// Load is the file id of tenant; registry.ErrNotFound when there is none.
+// Load is the file id of tenant: an error matching kv.ErrNotFound when
+// there is none, a *kv.DecodeError when its record does not decode.
 func (s *Service) Load(ctx context.Context, tenant, id string) (*Record, error) {
 	if !strings.HasPrefix(id, "file-") || strings.ContainsAny(id, ".*> ") {
-		return nil, registry.ErrNotFound
+		return nil, fmt.Errorf("%w: file %q", kv.ErrNotFound, id)
 	}
-	e, err := s.d.KV.Get(ctx, fileKVKey(tenant, id))
+	rec, _, err := kv.Get[Record](ctx, s.d.KV, fileKVKey(tenant, id))
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, registry.ErrNotFound
-		}
-		return nil, err
-	}
-	var rec Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, err
 	}
 	return &rec, nil
@@ -210,15 +204,20 @@ func (s *Service) fileError(w http.ResponseWriter, id string, err error) {
 	WriteError(w, s.log, id, err)
 }
 
-// WriteError answers a failure to read a record: 404 for a file that does
-// not exist, else 500.
+// WriteError answers a failure to read or write a record: 404 for a file
+// that does not exist (kv.ErrNotFound), else 500, logged.
 func WriteError(w http.ResponseWriter, log *slog.Logger, id string, err error) {
-	if errors.Is(err, registry.ErrNotFound) {
+	if errors.Is(err, kv.ErrNotFound) {
 		contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
 			Message: fmt.Sprintf("No such File object: %s", id)})
 		return
 	}
 	log.Error("file store", "file_id", id, "err", err)
+	var de *kv.DecodeError
+	if errors.As(err, &de) {
+		contracts.Write(w, contracts.ErrInternal("A stored record could not be read."))
+		return
+	}
 	contracts.Write(w, contracts.ErrInternal("The file store could not be reached."))
 }
 
@@ -259,7 +258,7 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request, k *registry
 		s.fileError(w, r.PathValue("id"), err)
 		return
 	}
-	if err := s.d.KV.Delete(r.Context(), fileKVKey(k.Tenant, rec.ID)); err != nil {
+	if err := kv.Delete(r.Context(), s.d.KV, fileKVKey(k.Tenant, rec.ID)); err != nil {
 		s.fileError(w, rec.ID, err)
 		return
 	}
@@ -290,22 +289,17 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, k *registry.
 		return
 	}
 	purpose := q.Get("purpose")
-	lister, err := s.d.KV.ListKeysFiltered(r.Context(), k.Tenant+".>")
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	// A record that does not decode fails the listing (logged with its
+	// key) rather than leaving a file out of it unnoticed.
+	entries, err := kv.List[Record](r.Context(), s.d.KV, k.Tenant+".>")
+	if err != nil {
 		s.fileError(w, "", err)
 		return
 	}
 	var all []File
-	if lister != nil {
-		for key := range lister.Keys() {
-			e, err := s.d.KV.Get(r.Context(), key)
-			if err != nil {
-				continue
-			}
-			var rec Record
-			if json.Unmarshal(e.Value(), &rec) == nil && (purpose == "" || rec.Purpose == purpose) {
-				all = append(all, rec.File)
-			}
+	for _, e := range entries {
+		if purpose == "" || e.Value.Purpose == purpose {
+			all = append(all, e.Value.File)
 		}
 	}
 	slices.SortFunc(all, func(a, b File) int {

@@ -18,11 +18,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
@@ -278,8 +277,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 		ID: "upl_" + events.NewID(), State: uploadStateOpen, Name: q.Name, Kind: q.Kind, BaseModel: q.BaseModel,
 		Version: v.Version, PartSize: s.d.UploadPartBytes, Files: files, Manifest: manifest, CreatedAt: time.Now().UTC(),
 	}
-	b, _ := json.Marshal(sess)
-	if _, err := s.d.Uploads.Create(ctx, sess.ID, b); err != nil {
+	if _, err := kv.Create(ctx, s.d.Uploads, sess.ID, sess); err != nil {
 		s.rejectVersion(ctx, q.Name, v.Version, "upload_failed", "The upload session could not be recorded.")
 		s.log.Error("record upload session", "model", q.Name, "err", err)
 		contracts.Write(w, contracts.ErrBadRequest("files", contracts.CodeInvalidRequest,
@@ -297,17 +295,11 @@ func (s *Service) loadUpload(ctx context.Context, id string) (uploadSession, err
 	if !strings.HasPrefix(id, "upl_") || strings.ContainsAny(id, ".*> /") {
 		return sess, errUploadNotFound
 	}
-	e, err := s.d.Uploads.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	sess, _, err := kv.Get[uploadSession](ctx, s.d.Uploads, id)
+	if errors.Is(err, kv.ErrNotFound) {
 		return sess, errUploadNotFound
 	}
-	if err != nil {
-		return sess, err
-	}
-	if err := json.Unmarshal(e.Value(), &sess); err != nil {
-		return sess, fmt.Errorf("decode upload %s: %w", id, err)
-	}
-	return sess, nil
+	return sess, err
 }
 
 // session loads the upload named in the path or answers the error.
@@ -635,8 +627,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 	// that lost the answer) gets the same answer.
 	receipt := uploadSession{ID: sess.ID, State: uploadStateClosed, Name: sess.Name, Kind: sess.Kind, BaseModel: sess.BaseModel,
 		Version: sess.Version, PartSize: sess.PartSize, CreatedAt: sess.CreatedAt, CompletedAt: time.Now().UTC()}
-	b, _ := json.Marshal(receipt)
-	if _, err := s.d.Uploads.Put(ctx, sess.ID, b); err != nil {
+	if _, err := kv.Put(ctx, s.d.Uploads, sess.ID, receipt); err != nil {
 		s.log.Warn("record upload receipt", "upload_id", sess.ID, "err", err)
 	}
 	s.log.Info("model upload completed", "upload_id", sess.ID, "model", sess.Name, "version", sess.Version, "files", len(files))
@@ -690,7 +681,7 @@ func (s *Service) abortUpload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.rejectVersion(ctx, sess.Name, sess.Version, codeUploadAborted, "The upload was aborted before it completed.")
-	if err := s.d.Uploads.Delete(ctx, sess.ID); err != nil {
+	if err := kv.Delete(ctx, s.d.Uploads, sess.ID); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		s.log.Warn("delete upload session", "upload_id", sess.ID, "err", err)
 	}
 	s.log.Info("model upload aborted", "upload_id", sess.ID, "model", sess.Name, "version", sess.Version)

@@ -2,11 +2,15 @@ package vectorstores
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -32,21 +36,50 @@ func (s *Service) batchRoutes(mux *http.ServeMux) {
 // deeper, so listing stores never sees them).
 func batchKey(tenant, vs, batch string) string { return tenant + "." + vs + "." + batch }
 
+// deleteBatches deletes the batches of a store. It needs their keys only,
+// not their values: a batch record that no longer decodes goes too.
+func (s *Service) deleteBatches(ctx context.Context, tenant, vs string) error {
+	lister, err := s.d.StoresKV.ListKeysFiltered(ctx, batchKey(tenant, vs, "*"))
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the batches of %s: %w", vs, err)
+	}
+	var keys []string
+	for key := range lister.Keys() {
+		keys = append(keys, key)
+	}
+	for _, key := range keys {
+		if err := kv.Delete(ctx, s.d.StoresKV, key); err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
 // batchFiles returns the files of a batch.
-func (s *Service) batchFiles(ctx context.Context, tenant, vs, batch string) []vectorstore.FileRecord {
-	all, _ := kvList[vectorstore.FileRecord](ctx, s.d.FilesKV, vectorstore.FileKey(tenant, vs, "*"))
+func (s *Service) batchFiles(ctx context.Context, tenant, vs, batch string) ([]vectorstore.FileRecord, error) {
+	all, err := s.storeFiles(ctx, tenant, vs)
+	if err != nil {
+		return nil, err
+	}
 	out := all[:0]
 	for _, f := range all {
 		if f.BatchID == batch {
 			out = append(out, f)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // withCounts fills a batch's counts and status from its files.
-func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) FilesBatch {
-	b.FileCounts = countFiles(s.batchFiles(ctx, tenant, b.VectorStoreID, b.ID))
+func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) (FilesBatch, error) {
+	files, err := s.batchFiles(ctx, tenant, b.VectorStoreID, b.ID)
+	if err != nil {
+		return b, err
+	}
+	b.FileCounts = countFiles(files)
 	switch {
 	case b.FileCounts.InProgress > 0 && b.Status == "cancelling":
 	case b.FileCounts.InProgress > 0:
@@ -58,7 +91,17 @@ func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) F
 	default:
 		b.Status = vectorstore.StatusCompleted
 	}
-	return b
+	return b, nil
+}
+
+// writeBatch answers b with its counts.
+func (s *Service) writeBatch(w http.ResponseWriter, r *http.Request, tenant string, b FilesBatch) {
+	b, err := s.withCounts(r.Context(), tenant, b)
+	if err != nil {
+		s.fileError(w, b.ID, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, b)
 }
 
 func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -90,13 +133,17 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registr
 	// Check every file first: a batch is accepted whole or not at all.
 	for _, id := range req.FileIDs {
 		if _, err := s.d.FileAPI.Load(r.Context(), k.Tenant, id); err != nil {
+			if !errors.Is(err, kv.ErrNotFound) {
+				s.fileError(w, id, err)
+				return
+			}
 			contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_ids", Code: contracts.CodeNotFound,
 				Message: fmt.Sprintf("No such File object: %s", id)})
 			return
 		}
 	}
 	b := FilesBatch{ID: httpapi.SortableID("vsfb_"), Object: "vector_store.files_batch", CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID, Status: vectorstore.StatusInProgress}
-	if err := kvPut(r.Context(), s.d.StoresKV, batchKey(k.Tenant, vs.ID, b.ID), b); err != nil {
+	if _, err := kv.Create(r.Context(), s.d.StoresKV, batchKey(k.Tenant, vs.ID, b.ID), b); err != nil {
 		s.fileError(w, b.ID, err)
 		return
 	}
@@ -106,7 +153,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registr
 			return
 		}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+	s.writeBatch(w, r, k.Tenant, b)
 }
 
 func (s *Service) loadBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) (FilesBatch, bool) {
@@ -119,9 +166,13 @@ func (s *Service) loadBatch(w http.ResponseWriter, r *http.Request, k *registry.
 		httpapi.NotFound(w, "vector store file batch", id)
 		return FilesBatch{}, false
 	}
-	b, _, err := kvGet[FilesBatch](r.Context(), s.d.StoresKV, batchKey(k.Tenant, vs.ID, id))
-	if err != nil {
+	b, _, err := kv.Get[FilesBatch](r.Context(), s.d.StoresKV, batchKey(k.Tenant, vs.ID, id))
+	if errors.Is(err, kv.ErrNotFound) {
 		httpapi.NotFound(w, "vector store file batch", id)
+		return b, false
+	}
+	if err != nil {
+		s.fileError(w, id, err)
 		return b, false
 	}
 	return b, true
@@ -129,7 +180,7 @@ func (s *Service) loadBatch(w http.ResponseWriter, r *http.Request, k *registry.
 
 func (s *Service) getBatch(w http.ResponseWriter, r *http.Request, k *registry.Key) {
 	if b, ok := s.loadBatch(w, r, k); ok {
-		httpapi.WriteJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+		s.writeBatch(w, r, k.Tenant, b)
 	}
 }
 
@@ -140,28 +191,44 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, k *registr
 	if !ok {
 		return
 	}
-	cancelled := 0
-	for _, f := range s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID) {
-		if f.Status != vectorstore.StatusInProgress {
-			continue
-		}
-		cancelled++
-		f.Status = vectorstore.StatusCancelled
-		if err := kvPut(r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, b.VectorStoreID, f.ID), f); err != nil {
-			s.fileError(w, f.ID, err)
-			return
-		}
-	}
-	if cancelled == 0 { // nothing left to stop: a finished batch stays as it is
-		httpapi.WriteJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
-		return
-	}
-	b.Status = "cancelling"
-	if err := kvPut(r.Context(), s.d.StoresKV, batchKey(k.Tenant, b.VectorStoreID, b.ID), b); err != nil {
+	files, err := s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID)
+	if err != nil {
 		s.fileError(w, b.ID, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.withCounts(r.Context(), k.Tenant, b))
+	cancelled := 0
+	for _, f := range files {
+		if f.Status != vectorstore.StatusInProgress {
+			continue
+		}
+		// By compare-and-set: a file that finished meanwhile keeps its
+		// outcome.
+		_, written, err := kv.Update(r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, b.VectorStoreID, f.ID),
+			func(rec *vectorstore.FileRecord, exists bool) error {
+				if !exists || rec.Status != vectorstore.StatusInProgress {
+					return kv.ErrNoChange
+				}
+				rec.Status = vectorstore.StatusCancelled
+				return nil
+			})
+		if err != nil {
+			s.fileError(w, f.ID, err)
+			return
+		}
+		if written {
+			cancelled++
+		}
+	}
+	if cancelled == 0 { // nothing left to stop: a finished batch stays as it is
+		s.writeBatch(w, r, k.Tenant, b)
+		return
+	}
+	b.Status = "cancelling"
+	if _, err := kv.Put(r.Context(), s.d.StoresKV, batchKey(k.Tenant, b.VectorStoreID, b.ID), b); err != nil {
+		s.fileError(w, b.ID, err)
+		return
+	}
+	s.writeBatch(w, r, k.Tenant, b)
 }
 
 func (s *Service) listBatchFiles(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -173,9 +240,14 @@ func (s *Service) listBatchFiles(w http.ResponseWriter, r *http.Request, k *regi
 	if !ok {
 		return
 	}
+	all, err := s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID)
+	if err != nil {
+		s.fileError(w, b.ID, err)
+		return
+	}
 	filter := r.URL.Query().Get("filter")
 	var files []vectorstore.File
-	for _, f := range s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID) {
+	for _, f := range all {
 		if filter == "" || f.Status == filter {
 			files = append(files, f.File)
 		}

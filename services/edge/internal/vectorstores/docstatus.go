@@ -2,11 +2,9 @@ package vectorstores
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 
 	"github.com/aiforge/aiforge/pkg/events"
-	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/vectorstore"
 )
 
@@ -73,25 +71,18 @@ func (s *Service) RunDocStatus(ctx context.Context) error {
 	return err
 }
 
+// setFileStatus records the outcome of a file's processing by
+// compare-and-set, so it never overwrites a concurrent change (a
+// cancellation, new attributes). A file removed meanwhile, or cancelled, is
+// left as it is.
 func (s *Service) setFileStatus(ctx context.Context, ref events.DocRef, status string, lastErr *vectorstore.LastError) error {
-	key := vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID)
-	for {
-		rec, rev, err := kvGet[vectorstore.FileRecord](ctx, s.d.FilesKV, key)
-		if errors.Is(err, registry.ErrNotFound) {
-			return nil // removed meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		if rec.Status == vectorstore.StatusCancelled {
+	_, _, err := kv.Update(ctx, s.d.FilesKV, vectorstore.FileKey(ref.Tenant, ref.StoreID, ref.FileID),
+		func(rec *vectorstore.FileRecord, exists bool) error {
+			if !exists || rec.Status == vectorstore.StatusCancelled {
+				return kv.ErrNoChange
+			}
+			rec.Status, rec.LastError = status, lastErr
 			return nil
-		}
-		rec.Status, rec.LastError = status, lastErr
-		b, _ := json.Marshal(rec)
-		if _, err := s.d.FilesKV.Update(ctx, key, b, rev); err == nil {
-			return nil
-		} else if !isWrongLastSequence(err) {
-			return err
-		}
-	}
+		})
+	return err
 }

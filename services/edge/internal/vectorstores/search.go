@@ -14,6 +14,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/query"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/vectorstore"
@@ -48,10 +49,18 @@ func (r Result) Text() any { return r.Content[0]["text"] }
 func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries []string, filters json.RawMessage, limit int, threshold float64) ([]Result, *contracts.Error) {
 	stores := make([]VectorStore, 0, len(storeIDs))
 	for _, id := range storeIDs {
-		vs, _, err := kvGet[VectorStore](ctx, s.d.StoresKV, vectorstore.StoreKey(tenant, id))
-		if err != nil || !vectorstore.ValidID("vs_", id) {
-			return nil, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
-				Message: fmt.Sprintf("No such vector store: %s", id)}
+		notFound := &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
+			Message: fmt.Sprintf("No such vector store: %s", id)}
+		if !vectorstore.ValidID("vs_", id) {
+			return nil, notFound
+		}
+		vs, _, err := kv.Get[VectorStore](ctx, s.d.StoresKV, vectorstore.StoreKey(tenant, id))
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil, notFound
+		}
+		if err != nil {
+			s.log.Error("load vector store", "vector_store_id", id, "err", err)
+			return nil, contracts.ErrInternal("The vector store could not be read.")
 		}
 		stores = append(stores, vs)
 	}
@@ -99,8 +108,11 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 	for _, h := range reply.Hits {
 		name, ok := names[h.FileID]
 		if !ok {
+			// A file deleted since it was indexed has no name.
 			if f, err := s.d.FileAPI.Load(ctx, tenant, h.FileID); err == nil {
 				name = f.Filename
+			} else if !errors.Is(err, kv.ErrNotFound) {
+				s.log.Warn("load file of a search result", "file_id", h.FileID, "err", err)
 			}
 			names[h.FileID] = name
 		}

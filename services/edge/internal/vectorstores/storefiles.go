@@ -2,6 +2,7 @@ package vectorstores
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -41,6 +43,10 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 		return vectorstore.File{}, e
 	}
 	f, err := s.d.FileAPI.Load(ctx, k.Tenant, fileID)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		s.log.Error("load file", "file_id", fileID, "err", err)
+		return vectorstore.File{}, contracts.ErrInternal("The file store could not be read.")
+	}
 	if err != nil {
 		return vectorstore.File{}, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
 			Message: fmt.Sprintf("No such File object: %s", fileID)}
@@ -59,7 +65,8 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	}
 	rec := vectorstore.FileRecord{File: vectorstore.File{ID: f.ID, Object: "vector_store.file", UsageBytes: f.Bytes, CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID,
 		Status: vectorstore.StatusInProgress, ChunkingStrategy: strategyOf(ch), Attributes: attrs, Warnings: warnings}, BatchID: batchID, ContentSHA256: f.SHA256}
-	if err := kvPut(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
+	if _, err := kv.Put(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
+		s.log.Error("record vector store file", "vector_store_id", vs.ID, "file_id", f.ID, "err", err)
 		return vectorstore.File{}, contracts.ErrInternal("The vector store could not be updated.")
 	}
 	ref := events.DocRef{Tenant: k.Tenant, StoreID: vs.ID, FileID: f.ID, Run: events.NewID()[:16]}
@@ -68,7 +75,10 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	env := events.Envelope{ID: ref.EventID("ingest"), Source: s.d.InstanceID, Tenant: k.Tenant}
 	if _, err := events.Publish(ctx, s.d.JS, ev, env); err != nil {
 		rec.Status, rec.LastError = vectorstore.StatusFailed, &vectorstore.LastError{Code: "server_error", Message: "The ingest request could not be queued."}
-		_ = kvPut(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec)
+		if _, err := kv.Put(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
+			// The file stays in_progress; adding it again retries.
+			s.log.Error("record failed ingest request", "vector_store_id", vs.ID, "file_id", f.ID, "err", err)
+		}
 	}
 	return rec.File, nil
 }
@@ -113,9 +123,13 @@ func (s *Service) loadStoreFile(w http.ResponseWriter, r *http.Request, k *regis
 		httpapi.NotFound(w, "vector store file", id)
 		return vs, vectorstore.FileRecord{}, false
 	}
-	rec, _, err := kvGet[vectorstore.FileRecord](r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, id))
-	if err != nil {
+	rec, _, err := kv.Get[vectorstore.FileRecord](r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, id))
+	if errors.Is(err, kv.ErrNotFound) {
 		httpapi.NotFound(w, "vector store file", id)
+		return vs, rec, false
+	}
+	if err != nil {
+		s.fileError(w, id, err)
 		return vs, rec, false
 	}
 	return vs, rec, true
@@ -142,23 +156,39 @@ func (s *Service) updateVectorStoreFile(w http.ResponseWriter, r *http.Request, 
 		contracts.Write(w, e)
 		return
 	}
-	rec.Attributes = req.Attributes
-	if err := kvPut(r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, rec.ID), rec); err != nil {
-		s.fileError(w, rec.ID, err)
+	// By compare-and-set: the document flow may be recording the file's
+	// status at the same time.
+	rec, _, err := kv.Update(r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, rec.ID), func(v *vectorstore.FileRecord, exists bool) error {
+		if !exists {
+			return kv.ErrNotFound // removed since it was loaded
+		}
+		v.Attributes = req.Attributes
+		return nil
+	})
+	if errors.Is(err, kv.ErrNotFound) {
+		httpapi.NotFound(w, "vector store file", r.PathValue("file"))
+		return
+	}
+	if err != nil {
+		s.fileError(w, r.PathValue("file"), err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rec.File)
 }
 
 // removeFile drops a file from a store and tells the document flow to
-// delete its chunks.
-func (s *Service) removeFile(ctx context.Context, tenant, vsID, fileID string) {
-	_ = s.d.FilesKV.Delete(ctx, vectorstore.FileKey(tenant, vsID, fileID))
+// delete its chunks (also when the record was already gone, so a removal
+// that failed half way can be repeated).
+func (s *Service) removeFile(ctx context.Context, tenant, vsID, fileID string) error {
+	if err := kv.Delete(ctx, s.d.FilesKV, vectorstore.FileKey(tenant, vsID, fileID)); err != nil && !errors.Is(err, kv.ErrNotFound) {
+		return err
+	}
 	ev := events.DocRemovedV1{DocRef: events.DocRef{Tenant: tenant, StoreID: vsID, FileID: fileID}}
 	env := events.Envelope{ID: "remove-" + vsID + "-" + fileID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Source: s.d.InstanceID, Tenant: tenant}
 	if _, err := events.Publish(ctx, s.d.JS, ev, env); err != nil {
 		s.log.Error("publish file removal", "vector_store_id", vsID, "file_id", fileID, "err", err)
 	}
+	return nil
 }
 
 func (s *Service) deleteVectorStoreFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -166,7 +196,10 @@ func (s *Service) deleteVectorStoreFile(w http.ResponseWriter, r *http.Request, 
 	if !ok {
 		return
 	}
-	s.removeFile(r.Context(), k.Tenant, vs.ID, rec.ID)
+	if err := s.removeFile(r.Context(), k.Tenant, vs.ID, rec.ID); err != nil {
+		s.fileError(w, rec.ID, err)
+		return
+	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": rec.ID, "object": "vector_store.file.deleted", "deleted": true})
 }
 
@@ -179,7 +212,7 @@ func (s *Service) listVectorStoreFiles(w http.ResponseWriter, r *http.Request, k
 	if !ok {
 		return
 	}
-	all, err := kvList[vectorstore.FileRecord](r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, "*"))
+	all, err := s.storeFiles(r.Context(), k.Tenant, vs.ID)
 	if err != nil {
 		s.fileError(w, "", err)
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/edge/internal/files"
@@ -101,8 +102,6 @@ type VectorStore struct {
 	EmbeddingModel string `json:"embedding_model,omitempty"`
 }
 
-// ChunkingStrategy is OpenAI's chunking_strategy.
-
 func countFiles(files []vectorstore.FileRecord) FileCounts {
 	var c FileCounts
 	for _, f := range files {
@@ -121,9 +120,21 @@ func countFiles(files []vectorstore.FileRecord) FileCounts {
 	return c
 }
 
+// storeFiles returns the file records of a store, sorted by file id.
+func (s *Service) storeFiles(ctx context.Context, tenant, vsID string) ([]vectorstore.FileRecord, error) {
+	entries, err := kv.List[vectorstore.FileRecord](ctx, s.d.FilesKV, vectorstore.FileKey(tenant, vsID, "*"))
+	if err != nil {
+		return nil, err
+	}
+	return kv.Values(entries), nil
+}
+
 // storeWithCounts recomputes file_counts and status from the store's files.
-func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorStore) VectorStore {
-	files, _ := kvList[vectorstore.FileRecord](ctx, s.d.FilesKV, vectorstore.FileKey(tenant, vs.ID, "*"))
+func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorStore) (VectorStore, error) {
+	files, err := s.storeFiles(ctx, tenant, vs.ID)
+	if err != nil {
+		return vs, err
+	}
 	vs.FileCounts = countFiles(files)
 	vs.UsageBytes = 0
 	for _, f := range files {
@@ -133,7 +144,17 @@ func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorS
 	if vs.FileCounts.InProgress > 0 {
 		vs.Status = vectorstore.StatusInProgress
 	}
-	return vs
+	return vs, nil
+}
+
+// writeStore answers vs with its counts.
+func (s *Service) writeStore(w http.ResponseWriter, r *http.Request, tenant string, vs VectorStore) {
+	vs, err := s.storeWithCounts(r.Context(), tenant, vs)
+	if err != nil {
+		s.fileError(w, vs.ID, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, vs)
 }
 
 type vsCreate struct {
@@ -214,7 +235,7 @@ func (s *Service) createVectorStore(w http.ResponseWriter, r *http.Request, k *r
 	if req.Name != nil {
 		vs.Name = *req.Name
 	}
-	if err := kvPut(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID), vs); err != nil {
+	if _, err := kv.Create(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID), vs); err != nil {
 		s.fileError(w, vs.ID, err)
 		return
 	}
@@ -224,7 +245,7 @@ func (s *Service) createVectorStore(w http.ResponseWriter, r *http.Request, k *r
 			return
 		}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+	s.writeStore(w, r, k.Tenant, vs)
 }
 
 func (s *Service) loadStore(w http.ResponseWriter, r *http.Request, k *registry.Key) (VectorStore, bool) {
@@ -233,9 +254,9 @@ func (s *Service) loadStore(w http.ResponseWriter, r *http.Request, k *registry.
 		httpapi.NotFound(w, "vector store", id)
 		return VectorStore{}, false
 	}
-	vs, _, err := kvGet[VectorStore](r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, id))
+	vs, _, err := kv.Get[VectorStore](r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, id))
 	if err != nil {
-		if errors.Is(err, registry.ErrNotFound) {
+		if errors.Is(err, kv.ErrNotFound) {
 			httpapi.NotFound(w, "vector store", id)
 		} else {
 			s.fileError(w, id, err)
@@ -247,7 +268,7 @@ func (s *Service) loadStore(w http.ResponseWriter, r *http.Request, k *registry.
 
 func (s *Service) getVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
 	if vs, ok := s.loadStore(w, r, k); ok {
-		httpapi.WriteJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+		s.writeStore(w, r, k.Tenant, vs)
 	}
 }
 
@@ -264,20 +285,30 @@ func (s *Service) updateVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		contracts.Write(w, e)
 		return
 	}
-	if req.Name != nil {
-		vs.Name = *req.Name
-	}
-	if req.Metadata != nil {
-		vs.Metadata = req.Metadata
-	}
-	if req.ExpiresAfter != nil {
-		vs.ExpiresAfter = req.ExpiresAfter
-	}
-	if err := kvPut(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID), vs); err != nil {
-		s.fileError(w, vs.ID, err)
+	vs, _, err := kv.Update(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID), func(v *VectorStore, exists bool) error {
+		if !exists {
+			return kv.ErrNotFound // deleted since it was loaded
+		}
+		if req.Name != nil {
+			v.Name = *req.Name
+		}
+		if req.Metadata != nil {
+			v.Metadata = req.Metadata
+		}
+		if req.ExpiresAfter != nil {
+			v.ExpiresAfter = req.ExpiresAfter
+		}
+		return nil
+	})
+	if errors.Is(err, kv.ErrNotFound) {
+		httpapi.NotFound(w, "vector store", r.PathValue("vs"))
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.storeWithCounts(r.Context(), k.Tenant, vs))
+	if err != nil {
+		s.fileError(w, r.PathValue("vs"), err)
+		return
+	}
+	s.writeStore(w, r, k.Tenant, vs)
 }
 
 func (s *Service) deleteVectorStore(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -285,16 +316,22 @@ func (s *Service) deleteVectorStore(w http.ResponseWriter, r *http.Request, k *r
 	if !ok {
 		return
 	}
-	files, _ := kvList[vectorstore.FileRecord](r.Context(), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, "*"))
-	for _, f := range files {
-		s.removeFile(r.Context(), k.Tenant, vs.ID, f.ID)
+	files, err := s.storeFiles(r.Context(), k.Tenant, vs.ID)
+	if err != nil {
+		s.fileError(w, vs.ID, err)
+		return
 	}
-	if lister, err := s.d.StoresKV.ListKeysFiltered(r.Context(), vectorstore.StoreKey(k.Tenant, vs.ID)+".*"); err == nil {
-		for key := range lister.Keys() {
-			_ = s.d.StoresKV.Delete(r.Context(), key) // the store's batches
+	for _, f := range files {
+		if err := s.removeFile(r.Context(), k.Tenant, vs.ID, f.ID); err != nil {
+			s.fileError(w, vs.ID, err)
+			return
 		}
 	}
-	if err := s.d.StoresKV.Delete(r.Context(), vectorstore.StoreKey(k.Tenant, vs.ID)); err != nil {
+	if err := s.deleteBatches(r.Context(), k.Tenant, vs.ID); err != nil {
+		s.fileError(w, vs.ID, err)
+		return
+	}
+	if err := kv.Delete(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID)); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		s.fileError(w, vs.ID, err)
 		return
 	}
@@ -306,15 +343,19 @@ func (s *Service) listVectorStores(w http.ResponseWriter, r *http.Request, k *re
 	if !ok {
 		return
 	}
-	all, err := kvList[VectorStore](r.Context(), s.d.StoresKV, k.Tenant+".*")
+	entries, err := kv.List[VectorStore](r.Context(), s.d.StoresKV, k.Tenant+".*")
 	if err != nil {
 		s.fileError(w, "", err)
 		return
 	}
+	all := kv.Values(entries)
 	httpapi.SortByCreated(all, order, func(v VectorStore) (int64, string) { return v.CreatedAt, v.ID })
 	items, more := httpapi.PageAfter(all, r.URL.Query().Get("after"), func(v VectorStore) string { return v.ID }, limit)
 	for i := range items {
-		items[i] = s.storeWithCounts(r.Context(), k.Tenant, items[i])
+		if items[i], err = s.storeWithCounts(r.Context(), k.Tenant, items[i]); err != nil {
+			s.fileError(w, items[i].ID, err)
+			return
+		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, httpapi.ListPage(items, more, func(v VectorStore) string { return v.ID }))
 }
