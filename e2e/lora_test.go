@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,28 +126,35 @@ func TestLoRAAdapters(t *testing.T) {
 		}
 	}
 
+	// Each adapter is loaded and served by its own run, concurrently and in
+	// the order the catalog delivers them, so /v1/models (which lists what
+	// the catalog publishes) says nothing about the engine yet. What the
+	// worker promises is that an adapter is answered only once the engine
+	// has loaded it: wait for each answer, then insist on the load.
 	before := usageEvents(t, nc)
-	var resp *openai.ChatCompletion
-	eventually(t, 20*time.Second, func() bool {
-		resp, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model:     "acme/sql-lora",
-			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("select something")},
-			MaxTokens: openai.Int(4),
-		})
-		return err == nil
-	}, "the adapter to answer")
-	if resp.Model != "acme/sql-lora" || len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
-		t.Fatalf("answer %+v", resp)
-	}
-	if !strings.Contains(string(engine.LastBody()), `"model":"acme/sql-lora"`) {
-		t.Fatalf("engine got %s", engine.LastBody())
-	}
-	loaded := map[string]bool{}
-	for _, a := range engine.LoRAAdapters() {
-		loaded[a.Name] = true
-	}
-	if !loaded["acme/sql-lora"] || !loaded["support-lora"] {
-		t.Fatalf("engine adapters %+v", engine.LoRAAdapters())
+	for _, a := range adapters {
+		var resp *openai.ChatCompletion
+		eventually(t, 20*time.Second, func() bool {
+			resp, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+				Model:     a,
+				Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("select something")},
+				MaxTokens: openai.Int(4),
+			})
+			return err == nil
+		}, "adapter "+a+" to answer")
+		if resp.Model != a || len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
+			t.Fatalf("answer of %s: %+v", a, resp)
+		}
+		if !strings.Contains(string(engine.LastBody()), `"model":`+strconv.Quote(a)) {
+			t.Fatalf("asked %s, engine got %s", a, engine.LastBody())
+		}
+		loaded := false
+		for _, l := range engine.LoRAAdapters() {
+			loaded = loaded || l.Name == a
+		}
+		if !loaded {
+			t.Fatalf("%s answered but the engine has not loaded it: %+v", a, engine.LoRAAdapters())
+		}
 	}
 	var ev events.UsageRecordedV1
 	eventually(t, 10*time.Second, func() bool {
