@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/aiforge/aiforge/internal/app"
 )
 
 // Every subcommand of a client group takes --url.
@@ -93,4 +95,22 @@ func TestHelpHasNoQuotedPlaceholders(t *testing.T) {
 		}
 	}
 	walk(newRoot())
+}
+
+// `aiforge run --help` names every target (cobra shows Long there, not
+// Short) and says which targets need an object store.
+func TestRunHelpNamesTargetsAndObjectStore(t *testing.T) {
+	root := newRoot()
+	run, _, err := root.Find([]string{"run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range app.Targets() {
+		if !strings.Contains(run.Long, target) {
+			t.Errorf("run --help does not name the target %q", target)
+		}
+	}
+	if !strings.Contains(run.Long, "object store") || !strings.Contains(run.Flags().Lookup("data-dir").Usage, "object store") {
+		t.Errorf("run --help does not say where the object store lives")
+	}
 }

@@ -42,7 +42,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars")
 	} else {
 		c.Flags().StringVar(&f.natsURL, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "external NATS with JetStream")
-		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the admin key file when AIFORGE_ADMIN_KEY is unset (nats: the JetStream store)")
+		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the shared object store (objects/, unless AIFORGE_S3_* is set), the retriever's embedded index, the workers' models and adapters, and the edge's admin.key when AIFORGE_ADMIN_KEY is unset (nats: the JetStream store)")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "nats: the address to serve the bus on (default 0.0.0.0:4222)")
 	}
 }
@@ -161,6 +161,13 @@ func runCmd() *cobra.Command {
 		Use:   "run TARGET",
 		Short: "Run one service against an external NATS (targets: " + strings.Join(app.Targets(), ", ") + ")",
 		Long: `Run one service against an external NATS cluster, for per-service scaling.
+
+Targets: ` + strings.Join(app.Targets(), ", ") + `.
+
+The services that keep blobs share one object store: a --data-dir they all use (objects/ under it)
+or an S3 bucket (AIFORGE_S3_*). The guardian, ingest, embedder and retriever do not start without
+one; without one the edge answers storage_unavailable on its file and upload APIs, and the workers
+serve no LoRA adapters.
 
 The edge (targets edge and all) needs the admin key: set AIFORGE_ADMIN_KEY, the same value on every
 edge replica, or give --data-dir, where the key is read from admin.key (or generated there, mode 0600,
