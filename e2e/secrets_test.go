@@ -226,7 +226,9 @@ func TestEngineKeyNeverLeaves(t *testing.T) {
 	}
 	// The engine refuses the wrong key at the worker's identity check: the
 	// worker does not serve, and its errors reach the log.
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "chat-wrong") && strings.Contains(logs.String(), "401") }, "the worker's error about the wrong key")
+	eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "chat-wrong") && strings.Contains(logs.String(), "401")
+	}, "the worker's error about the wrong key")
 	st, b := s.post(key, "/v1/chat/completions", `{"model":"chat-wrong","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`)
 	if st == http.StatusOK {
 		t.Fatalf("served with the wrong engine key: %s", b)
