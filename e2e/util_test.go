@@ -16,3 +16,5 @@ func registryEngine(baseURL, model string) registry.Engine {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

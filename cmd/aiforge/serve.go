@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -63,9 +64,10 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o := app.Options{
 		Targets: targets, DataDir: f.dataDir, NATSURL: f.natsURL, NATSListen: f.natsListen,
 		Listen: f.listen, AdminKey: os.Getenv("AIFORGE_ADMIN_KEY"), Logger: log,
-		OnAdminKey: func(key, path string) {
-			fmt.Fprintf(os.Stderr, "Generated an admin key (shown once; stored with mode 0600 in %s):\n\n    export AIFORGE_ADMIN_KEY=%s\n\n", path, key)
-		},
+		OnAdminKey: adminKeyReporter(os.Stderr, isTerminal(os.Stderr), log),
+		// Paths, not keys: the files hold the key material.
+		SecretsKeyFile:       os.Getenv("AIFORGE_SECRETS_KEY_FILE"),
+		SecretsPublicKeyFile: os.Getenv("AIFORGE_SECRETS_PUBLIC_KEY_FILE"),
 	}
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.Streams.UsageMaxAge = f.retention
@@ -87,6 +89,19 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		o.Guardian.HubToken = os.Getenv("HF_TOKEN")
 	}
 	return o, nil
+}
+
+// adminKeyReporter reports a generated admin key. On a terminal it is shown
+// once; anywhere else stderr is the JSON log stream, read by collectors, so
+// only the key file's path is logged, never the key.
+func adminKeyReporter(stderr io.Writer, terminal bool, log *slog.Logger) func(key, path string) {
+	return func(key, path string) {
+		if !terminal {
+			log.Info("generated an admin key; read it from its file (mode 0600) or set AIFORGE_ADMIN_KEY", "key_file", path)
+			return
+		}
+		fmt.Fprintf(stderr, "Generated an admin key (shown once; stored with mode 0600 in %s):\n\n    export AIFORGE_ADMIN_KEY=%s\n\n", path, key)
+	}
 }
 
 // s3FromEnv configures an S3 object store (shared by the services that keep
@@ -171,7 +186,11 @@ serve no LoRA adapters.
 
 The edge (targets edge and all) needs the admin key: set AIFORGE_ADMIN_KEY, the same value on every
 edge replica, or give --data-dir, where the key is read from admin.key (or generated there, mode 0600,
-and printed once). The other targets need no key.
+and printed once on a terminal; elsewhere only its path is logged). The other targets need no admin key.
+
+Engine API keys are stored sealed: the workers target opens them with the private key in
+AIFORGE_SECRETS_KEY_FILE (or secrets.key in --data-dir, generated there with secrets.pub on first start);
+the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or secrets.pub in --data-dir).
 
   export AIFORGE_ADMIN_KEY=ak-...   # e.g. openssl rand -base64 32, or the one aiforge up printed
   aiforge run edge    --nats-url nats://nats:4222 --listen 0.0.0.0:8080

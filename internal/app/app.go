@@ -65,6 +65,16 @@ type Options struct {
 	// generate one there (mode 0600) and report it through OnAdminKey.
 	AdminKey   string
 	OnAdminKey func(key, path string)
+	// SecretsKeyFile is the workers' private key, which opens the engine
+	// API keys sealed in the registry. Empty: DataDir/secrets.key,
+	// generated (mode 0600, with its public half in secrets.pub) on the
+	// first start of a process that runs the workers. A file named here is
+	// never generated. Only the workers read it.
+	SecretsKeyFile string
+	// SecretsPublicKeyFile is the public half, which the edge seals engine
+	// API keys with. Empty: the public half of the private key when this
+	// process has it (aiforge up), else DataDir/secrets.pub if it exists.
+	SecretsPublicKeyFile string
 
 	// S3, when set, stores blobs in an S3 bucket instead of DataDir/objects.
 	S3 *objstore.S3Config
@@ -185,6 +195,9 @@ type App struct {
 
 	mu     sync.Mutex
 	states []*state
+
+	secretsOnce sync.Once
+	secrets     secretsResult
 }
 
 type state struct {
@@ -495,6 +508,9 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	cfg.AdminKey = key
+	if _, cfg.SecretsKey, err = a.secretsKeys(); err != nil {
+		return nil, nil, err
+	}
 	objects := a.store
 	e, err := edge.New(cfg, edge.Deps{
 		NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
@@ -561,6 +577,9 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	// each served model's deployed version under DataDir/models.
 	objects := a.store
 	scfg := supervisor.Config{WorkerDefaults: a.opts.WorkerDefaults}
+	if scfg.SecretsKey, _, err = a.secretsKeys(); err != nil {
+		return nil, nil, err
+	}
 	if a.opts.DataDir != "" {
 		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
 		scfg.ModelsDir = filepath.Join(a.opts.DataDir, "models")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/kv"
+	"github.com/aiforge/aiforge/pkg/sealed"
 )
 
 // Errors callers map to API answers.
@@ -106,8 +107,15 @@ type Engine struct {
 	BaseURL string `json:"base_url"`
 	// Model is the name the engine knows the weights by.
 	Model string `json:"model"`
-	// APIKey is sent to the engine; it is never returned by the API.
-	APIKey         string `json:"api_key,omitempty"`
+	// APIKey is sent to the engine; it is never returned by the API and
+	// never stored: the registry keeps it only sealed, in APIKeySealed
+	// (SealEngineKey). A binding stored before keys were sealed may still
+	// carry it in clear; OpenEngineKey accepts it and the edge seals it on
+	// its next start (SealLegacyEngineKeys).
+	APIKey string `json:"api_key,omitempty"`
+	// APIKeySealed is APIKey sealed to the workers' public key (package
+	// sealed), bound to the model name and BaseURL.
+	APIKeySealed   string `json:"api_key_sealed,omitempty"`
 	MaxConcurrency int    `json:"max_concurrency,omitempty"`
 	// MaxInputTokens is an embedding model's input window; chunking of
 	// vector stores that use the model is clamped to it.
@@ -122,12 +130,58 @@ type Model struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Redacted returns m without secrets, for API answers and logs.
+// Redacted returns m without secrets, for API answers and logs: a key, in
+// clear or sealed, shows as "redacted".
 func (m Model) Redacted() Model {
-	if m.Engine.APIKey != "" {
+	if m.Engine.APIKey != "" || m.Engine.APIKeySealed != "" {
 		m.Engine.APIKey = "redacted"
 	}
+	m.Engine.APIKeySealed = ""
 	return m
+}
+
+// engineKeyContext binds a sealed engine key to its binding: moved into
+// another model, or with BaseURL pointed elsewhere, it does not open.
+func engineKeyContext(m Model) string {
+	return "aiforge engine api key\x00" + m.Name + "\x00" + m.Engine.BaseURL
+}
+
+// SealEngineKey moves m.Engine.APIKey, if any, into APIKeySealed, sealed to
+// pub. Name and Engine.BaseURL must be final: the sealed key opens only
+// with them.
+func (m *Model) SealEngineKey(pub sealed.PublicKey) error {
+	if m.Engine.APIKey == "" {
+		return nil
+	}
+	v, err := pub.Seal([]byte(m.Engine.APIKey), engineKeyContext(*m))
+	if err != nil {
+		return fmt.Errorf("model %q: seal the engine api key: %w", m.Name, err)
+	}
+	m.Engine.APIKey, m.Engine.APIKeySealed = "", v
+	return nil
+}
+
+// ErrNoSecretsKey is OpenEngineKey's error when a binding's key is sealed
+// and there is no private key to open it.
+var ErrNoSecretsKey = errors.New("the engine api key is sealed and this process holds no secrets key to open it")
+
+// OpenEngineKey returns m with Engine.APIKey in clear, ready to call the
+// engine, and APIKeySealed cleared: opened with k, or as stored by a
+// binding written before keys were sealed. k may be nil when no binding
+// has a sealed key. Its errors name the model and the cause, never the key.
+func (m Model) OpenEngineKey(k *sealed.PrivateKey) (Model, error) {
+	if m.Engine.APIKeySealed == "" {
+		return m, nil
+	}
+	if k == nil {
+		return Model{}, fmt.Errorf("model %q: %w", m.Name, ErrNoSecretsKey)
+	}
+	b, err := k.Open(m.Engine.APIKeySealed, engineKeyContext(m))
+	if err != nil {
+		return Model{}, fmt.Errorf("model %q: open the engine api key: %w", m.Name, err)
+	}
+	m.Engine.APIKey, m.Engine.APIKeySealed = string(b), ""
+	return m, nil
 }
 
 var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -147,6 +201,9 @@ func ValidateModel(m Model) error {
 	if m.Engine.Model == "" {
 		errs = append(errs, errors.New("engine.model is required"))
 	}
+	if m.Engine.APIKey != "" && m.Engine.APIKeySealed != "" {
+		errs = append(errs, errors.New("engine.api_key and engine.api_key_sealed exclude each other"))
+	}
 	if m.Engine.MaxConcurrency < 0 || m.Engine.MaxInputTokens < 0 {
 		errs = append(errs, errors.New("engine.max_concurrency and engine.max_input_tokens must not be negative"))
 	}
@@ -158,6 +215,7 @@ func ValidateModel(m Model) error {
 
 // Store reads and writes the registry buckets.
 type Store struct {
+	js      jetstream.JetStream
 	tenants jetstream.KeyValue
 	keys    jetstream.KeyValue
 	models  jetstream.KeyValue
@@ -166,7 +224,7 @@ type Store struct {
 
 // Open binds the buckets; events.Ensure must have created them.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	var s Store
+	s := Store{js: js}
 	var err error
 	if s.tenants, err = js.KeyValue(ctx, events.BucketTenants); err != nil {
 		return nil, fmt.Errorf("registry: bucket %s: %w", events.BucketTenants, err)
@@ -371,10 +429,15 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 	return del(ctx, s.keys, id)
 }
 
-// PutModel registers or replaces a model binding.
+// PutModel registers or replaces a model binding. An engine key must be
+// sealed first (Model.SealEngineKey): the registry never stores one in
+// clear.
 func (s *Store) PutModel(ctx context.Context, m Model) error {
 	if err := ValidateModel(m); err != nil {
 		return err
+	}
+	if m.Engine.APIKey != "" {
+		return fmt.Errorf("%w: model %q: the engine api key must be sealed before it is stored", ErrInvalid, m.Name)
 	}
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = time.Now().UTC()
@@ -423,4 +486,53 @@ func (s *Store) UpdateTenantLimits(ctx context.Context, id string, fn func(*Limi
 		fn(&t.Limits)
 		return t.Limits.Validate()
 	})
+}
+
+// SealLegacyEngineKeys seals, with pub, every engine key stored in clear by
+// a binding written before keys were sealed, and purges the binding's
+// earlier revisions from the bucket's history so the clear key is gone from
+// the bus too. It returns the models it sealed. Safe to run on every edge
+// replica at once: each binding is rewritten by compare-and-set, and one
+// already sealed is left alone.
+func (s *Store) SealLegacyEngineKeys(ctx context.Context, pub sealed.PublicKey) ([]string, error) {
+	ms, err := s.ListModels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, m := range ms {
+		if m.Engine.APIKey == "" {
+			continue
+		}
+		key := ModelKey(m.Name)
+		_, written, err := kv.Update(ctx, s.models, key, func(cur *Model, exists bool) error {
+			if !exists || cur.Engine.APIKey == "" {
+				return kv.ErrNoChange
+			}
+			cur.Engine.APIKeySealed = ""
+			return cur.SealEngineKey(pub)
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("model %q: %w", m.Name, storeErr(err)))
+			continue
+		}
+		if err := s.purgeHistory(ctx, s.models, key); err != nil {
+			errs = append(errs, fmt.Errorf("model %q: purge the revisions with the key in clear: %w", m.Name, err))
+			continue
+		}
+		if written {
+			done = append(done, m.Name)
+		}
+	}
+	return done, errors.Join(errs...)
+}
+
+// purgeHistory keeps only the latest revision of key.
+func (s *Store) purgeHistory(ctx context.Context, b jetstream.KeyValue, key string) error {
+	st, err := s.js.Stream(ctx, "KV_"+b.Bucket())
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+b.Bucket()+"."+key), jetstream.WithPurgeKeep(1))
 }

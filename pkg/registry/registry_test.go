@@ -13,6 +13,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natstest"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/sealed"
 )
 
 // open starts a JetStream server, creates the buckets and opens a store.
@@ -393,6 +394,11 @@ func TestRedacted(t *testing.T) {
 func TestModels(t *testing.T) {
 	s, _ := open(t)
 	ctx := testCtx(t)
+	priv, err := sealed.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := priv.Public()
 
 	ms, err := s.ListModels(ctx)
 	if err != nil || len(ms) != 0 {
@@ -406,6 +412,9 @@ func TestModels(t *testing.T) {
 		m.OwnedBy = "owner"
 		if i == 0 {
 			m.Engine.APIKey = "engine-key"
+			if err := m.SealEngineKey(pub); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := s.PutModel(ctx, m); err != nil {
 			t.Fatalf("PutModel(%q): %v", n, err)
@@ -423,9 +432,11 @@ func TestModels(t *testing.T) {
 			t.Fatalf("GetModel(%q) = %#v", n, m)
 		}
 	}
-	// The store keeps the engine key (workers need it); only views redact.
-	if m, _ := s.GetModel(ctx, names[0]); m.Engine.APIKey != "engine-key" {
-		t.Fatalf("stored api key = %q", m.Engine.APIKey)
+	// The store keeps the engine key sealed (workers open it); views redact.
+	if m, _ := s.GetModel(ctx, names[0]); m.Engine.APIKey != "" || m.Engine.APIKeySealed == "" {
+		t.Fatalf("stored engine = %+v", m.Engine)
+	} else if o, err := m.OpenEngineKey(priv); err != nil || o.Engine.APIKey != "engine-key" {
+		t.Fatalf("opened api key = %q, %v", o.Engine.APIKey, err)
 	}
 	ms, err = s.ListModels(ctx)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
 	"github.com/aiforge/aiforge/services/edge/internal/files"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -72,6 +73,11 @@ type Config struct {
 	// UploadPartBytes is the part size of resumable model uploads. Default
 	// 64 MiB.
 	UploadPartBytes int64
+	// SecretsKey is the workers' public key (package sealed). Engine API
+	// keys given to the admin API are sealed to it, and keys stored in
+	// clear by older versions are sealed at start. Nil: the admin API
+	// refuses engine API keys. The edge never holds the private half.
+	SecretsKey *sealed.PublicKey
 }
 
 // Validate reports every problem with c; it never mutates c.
@@ -296,9 +302,35 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
 	}).Routes(d.mux)
-	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log}).Routes(d.mux)
+	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey}).Routes(d.mux)
+	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
 	return d, nil
+}
+
+// sealLegacyEngineKeys seals the engine keys that bindings written before
+// keys were sealed keep in clear. A failure is logged, not fatal: those
+// bindings keep working, and the next start tries again.
+func (s *Service) sealLegacyEngineKeys(ctx context.Context, store *registry.Store) {
+	if s.cfg.SecretsKey == nil {
+		ms, err := store.ListModels(ctx)
+		if err != nil {
+			return
+		}
+		for _, m := range ms {
+			if m.Engine.APIKey != "" {
+				s.log.Warn("a model's engine api key is stored in clear; give the edge the workers' secrets public key to seal it", "model", m.Name)
+			}
+		}
+		return
+	}
+	done, err := store.SealLegacyEngineKeys(ctx, *s.cfg.SecretsKey)
+	for _, name := range done {
+		s.log.Info("sealed an engine api key stored in clear by an older version", "model", name)
+	}
+	if err != nil {
+		s.log.Error("sealing engine api keys stored in clear", "err", err)
+	}
 }
 
 // Run serves until ctx ends, then drains: readiness turns false, no new

@@ -21,6 +21,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/natstest"
+	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge"
 )
 
@@ -53,6 +54,8 @@ type harness struct {
 	svc  *edge.Service
 	url  string
 	logs *syncBuffer
+	// secrets is the workers' private key; the edge has its public half.
+	secrets *sealed.PrivateKey
 }
 
 func startEdge(t *testing.T, mutate func(*edge.Config)) *harness {
@@ -75,6 +78,12 @@ func startEdge(t *testing.T, mutate func(*edge.Config)) *harness {
 		FailoverWait:     50 * time.Millisecond,
 		ShutdownGrace:    2 * time.Second,
 	}
+	secrets, err := sealed.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := secrets.Public()
+	cfg.SecretsKey = &pub
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -88,7 +97,7 @@ func startEdge(t *testing.T, mutate func(*edge.Config)) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	h := &harness{t: t, ns: ns, nc: nc, js: js, svc: svc, url: "http://" + ln.Addr().String(), logs: logs}
+	h := &harness{t: t, ns: ns, nc: nc, js: js, svc: svc, url: "http://" + ln.Addr().String(), logs: logs, secrets: secrets}
 	t.Cleanup(func() {
 		cancel()
 		select {

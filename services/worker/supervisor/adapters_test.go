@@ -20,6 +20,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/worker"
 )
 
@@ -55,7 +56,15 @@ func newAdapterWorld(t *testing.T) *adapterWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.PutModel(ctx, registry.Model{Name: "base", Engine: registry.Engine{BaseURL: base, Model: "up-base", APIKey: adapterEngineKey}}); err != nil {
+	secrets, err := sealed.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm := registry.Model{Name: "base", Engine: registry.Engine{BaseURL: base, Model: "up-base", APIKey: adapterEngineKey}}
+	if err := bm.SealEngineKey(secrets.Public()); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.PutModel(ctx, bm); err != nil {
 		t.Fatal(err)
 	}
 	w := &adapterWorld{h: h, cat: cat, objects: objects, sim: sim, dir: t.TempDir(), models: t.TempDir()}
@@ -66,6 +75,7 @@ func newAdapterWorld(t *testing.T) *adapterWorld {
 		RetryInterval:  100 * time.Millisecond,
 		AdapterDir:     w.dir,
 		ModelsDir:      w.models,
+		SecretsKey:     secrets,
 	}, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/worker"
 	"github.com/aiforge/aiforge/services/worker/internal/adapters"
 	"github.com/aiforge/aiforge/services/worker/internal/deploy"
@@ -53,6 +54,12 @@ type Config struct {
 	// is materialised: ModelsDir/<model>/current links to it. Default
 	// os.TempDir()/aiforge-models.
 	ModelsDir string
+	// SecretsKey opens the engine API keys the registry keeps sealed
+	// (package sealed; the edge seals them to its public half). Nil: the
+	// models whose key is sealed do not start (their status says why);
+	// those without a key, or with one stored in clear by an older
+	// version, do.
+	SecretsKey *sealed.PrivateKey
 }
 
 // Deps are the Supervisor's collaborators; all but Objects are the workers'
@@ -97,6 +104,7 @@ type Supervisor struct {
 
 // supervised is one model's worker loop.
 type supervised struct {
+	// binding has the engine key opened: it exists only in memory.
 	binding registry.Model
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -231,7 +239,13 @@ func (s *Supervisor) basesChangedLocked() {
 }
 
 // apply starts or restarts the worker of a model binding.
-func (s *Supervisor) apply(ctx context.Context, key string, m registry.Model) {
+func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Model) {
+	// Opened, a binding compares by its key in clear: sealing the same key
+	// again (a new random box) is no change.
+	m, openErr := stored.OpenEngineKey(s.cfg.SecretsKey)
+	if openErr != nil {
+		m = stored
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.byKey[key]; ok && old != m.Name {
@@ -239,11 +253,22 @@ func (s *Supervisor) apply(ctx context.Context, key string, m registry.Model) {
 	}
 	s.byKey[key] = m.Name
 	if w, ok := s.workers[m.Name]; ok {
-		if w.binding.Engine == m.Engine {
+		if openErr == nil && w.binding.Engine == m.Engine {
 			return // same binding: nothing to do
 		}
 		s.log.Info("model binding changed; restarting its worker", "model", m.Name)
 		s.stopLocked(m.Name)
+	}
+	if openErr != nil {
+		// Not retried: the same binding will not open later. The error
+		// names the model and the cause, never the key.
+		if errors.Is(openErr, registry.ErrNoSecretsKey) {
+			openErr = fmt.Errorf("%w (AIFORGE_SECRETS_KEY_FILE, or secrets.key in the data dir)", openErr)
+		}
+		s.log.Error("model not served: its engine api key cannot be opened", "model", m.Name, "err", openErr)
+		s.status[m.Name] = supervise.StatusErrorPrefix + openErr.Error()
+		s.basesChangedLocked()
+		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &supervised{binding: m, cancel: cancel, done: make(chan struct{})}

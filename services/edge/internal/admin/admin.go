@@ -12,6 +12,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
@@ -21,6 +22,10 @@ type Deps struct {
 	Directory *directory.View
 	AdminKey  string
 	Logger    *slog.Logger
+	// SecretsKey is the workers' public key: an engine api_key given to
+	// the API is sealed to it before it is stored. Nil: a binding with an
+	// api_key is refused (the registry never stores one in clear).
+	SecretsKey *sealed.PublicKey
 }
 
 // Service is the registry admin API.
@@ -335,6 +340,18 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	if err := registry.ValidateModel(m); err != nil {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 		return
+	}
+	if m.Engine.APIKey != "" {
+		if s.d.SecretsKey == nil {
+			contracts.Write(w, contracts.ErrBadRequest("engine.api_key", contracts.CodeInvalidRequest,
+				"This edge cannot store engine API keys: it has no secrets public key to seal them with (give it the workers' public key: AIFORGE_SECRETS_PUBLIC_KEY_FILE)."))
+			return
+		}
+		if err := m.SealEngineKey(*s.d.SecretsKey); err != nil {
+			s.log.Error("seal engine api key", "model", m.Name, "err", err)
+			contracts.Write(w, contracts.ErrInternal("The engine API key could not be sealed."))
+			return
+		}
 	}
 	status := http.StatusCreated
 	if old, err := s.store.GetModel(r.Context(), m.Name); err == nil {
