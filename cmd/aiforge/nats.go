@@ -105,7 +105,7 @@ that changes them. Give it the admin identity.`,
 		},
 	}
 	c.Flags().StringVar(&url, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "NATS with JetStream")
-	c.Flags().IntVar(&so.Replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	c.Flags().IntVar(&so.Replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "stream and bucket replicas (3 on a cluster; give the services the same)")
 	c.Flags().DurationVar(&so.UsageMaxAge, "usage-retention", 0, "how long raw usage events are kept (0 = forever; must match the services' --usage-retention)")
 	auth.add(c)
 	return c

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ type serveFlags struct {
 	logLevel   string
 	grace      time.Duration
 	retention  time.Duration
+	replicas   int
 	hubURL     string
 	hubHosts   []string
 	index      vectorIndexFlags
@@ -38,6 +40,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
+	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	f.index.add(c)
@@ -80,6 +83,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	}
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.Streams.UsageMaxAge = f.retention
+	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace
 	s3, err := s3FromEnv()
 	if err != nil {
@@ -98,6 +102,15 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		o.Guardian.HubToken = os.Getenv("HF_TOKEN")
 	}
 	return o, nil
+}
+
+// envInt is an integer from the environment, def when unset or not a
+// number.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
 }
 
 // natsAuthFlags are how `aiforge run` authenticates to an external NATS and
