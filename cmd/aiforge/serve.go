@@ -25,6 +25,7 @@ type serveFlags struct {
 	natsURL    string
 	natsListen string
 	natsAuth   natsAuthFlags
+	listenTLS  [3]string // the served bus's certificate, key and client CA
 	credsDir   string
 	logLevel   string
 	grace      time.Duration
@@ -55,6 +56,9 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 		c.Flags().StringVar(&f.credsDir, "nats-creds-dir", env("AIFORGE_NATS_CREDS_DIR", ""), "nats: where the served bus keeps one nkey seed per service and admin (<name>.nk, mode 0600; created on first start; default <data-dir>/nats)")
 		f.natsAuth.add(c)
 	}
+	c.Flags().StringVar(&f.listenTLS[0], "nats-listen-tls-cert", env("AIFORGE_NATS_LISTEN_TLS_CERT", ""), "the served bus (--nats-listen): require TLS with this server certificate (PEM)")
+	c.Flags().StringVar(&f.listenTLS[1], "nats-listen-tls-key", env("AIFORGE_NATS_LISTEN_TLS_KEY", ""), "the served bus: the certificate's key (PEM)")
+	c.Flags().StringVar(&f.listenTLS[2], "nats-listen-tls-ca", env("AIFORGE_NATS_LISTEN_TLS_CA", ""), "the served bus: also require client certificates signed by this CA (mutual TLS)")
 }
 
 func (f *serveFlags) logger() (*slog.Logger, error) {
@@ -80,6 +84,11 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	}
 	if o.NATS, err = f.natsAuth.options(); err != nil {
 		return app.Options{}, err
+	}
+	if f.listenTLS[0] != "" || f.listenTLS[1] != "" {
+		if o.NATSListenTLS, err = natsutil.ServerTLS(f.listenTLS[0], f.listenTLS[1], f.listenTLS[2]); err != nil {
+			return app.Options{}, err
+		}
 	}
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.Streams.UsageMaxAge = f.retention

@@ -8,6 +8,7 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -66,6 +67,9 @@ type Options struct {
 	// NATSCredsDir holds the embedded server's identities (<name>.nk,
 	// mode 0600), created on first start. Default DataDir/nats.
 	NATSCredsDir string
+	// NATSListenTLS, when set, is required of every client of the embedded
+	// server's listener (natsutil.ServerTLS).
+	NATSListenTLS *tls.Config
 	// OnNATSListen is told the embedded server's client URL and the
 	// credentials dir once it listens.
 	OnNATSListen func(url, credsDir string)
@@ -444,7 +448,7 @@ func (a *App) startBus() error {
 			return err
 		}
 		a.ids = ids
-		cfg := natsutil.EmbeddedConfig{StoreDir: filepath.Join(a.opts.DataDir, "jetstream"), DontListen: true, Users: users}
+		cfg := natsutil.EmbeddedConfig{StoreDir: filepath.Join(a.opts.DataDir, "jetstream"), DontListen: true, Users: users, TLS: a.opts.NATSListenTLS}
 		if a.opts.NATSListen != "" {
 			host, port, err := net.SplitHostPort(a.opts.NATSListen)
 			if err != nil {

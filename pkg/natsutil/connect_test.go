@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 func startServer(t *testing.T, opts *server.Options) *server.Server {
@@ -156,4 +157,46 @@ func writeOtherCA(t *testing.T, dir string) string {
 	_ = os.MkdirAll(sub, 0o700)
 	ca, _ := selfSigned(t, sub)
 	return ca
+}
+
+// The embedded server with TLS: a client that trusts its CA connects with
+// its nkey, one that does not is told about the unknown authority, and a
+// plain-text client is refused.
+func TestEmbeddedServerRequiresTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := selfSigned(t, dir)
+	cfg, err := ServerTLS(certFile, keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartEmbedded(EmbeddedConfig{StoreDir: filepath.Join(dir, "js"), Port: -1, TLS: cfg,
+		Users: []*server.NkeyUser{{Nkey: pub}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	url := s.ClientURL()
+	if err := dial(url, ConnectOptions{NKeyFile: seedFile, TLSCA: certFile}); err != nil {
+		t.Fatalf("with the CA: %v", err)
+	}
+	err = dial(url, ConnectOptions{NKeyFile: seedFile, TLSCA: writeOtherCA(t, dir)})
+	if err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("another CA: %v", err)
+	}
+	if err := dial(url, ConnectOptions{NKeyFile: seedFile}); err == nil {
+		t.Fatal("a plain-text client was accepted")
+	}
+	// In-process clients need no TLS.
+	nc, err := ConnectInProcess(s, "inproc", nats.Nkey(pub, kp.Sign))
+	if err != nil {
+		t.Fatalf("in-process: %v", err)
+	}
+	nc.Close()
 }

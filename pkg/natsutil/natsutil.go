@@ -4,9 +4,12 @@
 package natsutil
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,6 +37,31 @@ type EmbeddedConfig struct {
 	// Anonymous allows a listener without authentication: for tests on
 	// loopback only.
 	Anonymous bool
+	// TLS, when set, is required of every network client (ServerTLS);
+	// in-process clients need none.
+	TLS *tls.Config
+}
+
+// ServerTLS loads the embedded server's certificate and key; with ca, the
+// server also requires client certificates signed by it (mutual TLS).
+func ServerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: server TLS certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsutil: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("natsutil: client CA %s holds no PEM certificate", caFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // StartEmbedded starts a nats-server with JetStream enabled and waits until it
@@ -66,6 +94,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		MaxPayload:         8 << 20,
 		JetStreamMaxMemory: 256 << 20,
 		Nkeys:              cfg.Users,
+	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
