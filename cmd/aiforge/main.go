@@ -38,7 +38,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd())
+	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd())
 	return root
 }
 

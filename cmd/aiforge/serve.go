@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/aiforge/aiforge/internal/app"
+	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/guardian"
 	"github.com/aiforge/aiforge/services/worker"
@@ -22,9 +25,13 @@ type serveFlags struct {
 	listen     string
 	natsURL    string
 	natsListen string
+	natsAuth   natsAuthFlags
+	listenTLS  [3]string // the served bus's certificate, key and client CA
+	credsDir   string
 	logLevel   string
 	grace      time.Duration
 	retention  time.Duration
+	replicas   int
 	hubURL     string
 	hubHosts   []string
 	index      vectorIndexFlags
@@ -35,17 +42,24 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
+	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	f.index.add(c)
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store, the admin key, objects and served model files (made absolute at start)")
-		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars")
+		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars; clients authenticate with the nkeys in --nats-creds-dir")
+		c.Flags().StringVar(&f.credsDir, "nats-creds-dir", env("AIFORGE_NATS_CREDS_DIR", ""), "where the embedded NATS keeps one nkey seed per service and admin (<name>.nk, mode 0600; created on first start; default <data-dir>/nats)")
 	} else {
 		c.Flags().StringVar(&f.natsURL, "nats-url", env("AIFORGE_NATS_URL", "nats://127.0.0.1:4222"), "external NATS with JetStream")
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", ""), "directory for the shared object store (objects/, unless AIFORGE_S3_* is set), the retriever's embedded index, the workers' models and adapters, and the edge's admin.key when AIFORGE_ADMIN_KEY is unset (nats: the JetStream store)")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "nats: the address to serve the bus on (default 0.0.0.0:4222)")
+		c.Flags().StringVar(&f.credsDir, "nats-creds-dir", env("AIFORGE_NATS_CREDS_DIR", ""), "nats: where the served bus keeps one nkey seed per service and admin (<name>.nk, mode 0600; created on first start; default <data-dir>/nats)")
+		f.natsAuth.add(c)
 	}
+	c.Flags().StringVar(&f.listenTLS[0], "nats-listen-tls-cert", env("AIFORGE_NATS_LISTEN_TLS_CERT", ""), "the served bus (--nats-listen): require TLS with this server certificate (PEM)")
+	c.Flags().StringVar(&f.listenTLS[1], "nats-listen-tls-key", env("AIFORGE_NATS_LISTEN_TLS_KEY", ""), "the served bus: the certificate's key (PEM)")
+	c.Flags().StringVar(&f.listenTLS[2], "nats-listen-tls-ca", env("AIFORGE_NATS_LISTEN_TLS_CA", ""), "the served bus: also require client certificates signed by this CA (mutual TLS)")
 }
 
 func (f *serveFlags) logger() (*slog.Logger, error) {
@@ -63,14 +77,24 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	}
 	o := app.Options{
 		Targets: targets, DataDir: f.dataDir, NATSURL: f.natsURL, NATSListen: f.natsListen,
+		NATSCredsDir: f.credsDir, OnNATSListen: printNATSCreds,
 		Listen: f.listen, AdminKey: os.Getenv("AIFORGE_ADMIN_KEY"), Logger: log,
 		OnAdminKey: adminKeyReporter(os.Stderr, isTerminal(os.Stderr), log),
 		// Paths, not keys: the files hold the key material.
 		SecretsKeyFile:       os.Getenv("AIFORGE_SECRETS_KEY_FILE"),
 		SecretsPublicKeyFile: os.Getenv("AIFORGE_SECRETS_PUBLIC_KEY_FILE"),
 	}
+	if o.NATS, err = f.natsAuth.options(); err != nil {
+		return app.Options{}, err
+	}
+	if f.listenTLS[0] != "" || f.listenTLS[1] != "" {
+		if o.NATSListenTLS, err = natsutil.ServerTLS(f.listenTLS[0], f.listenTLS[1], f.listenTLS[2]); err != nil {
+			return app.Options{}, err
+		}
+	}
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.Streams.UsageMaxAge = f.retention
+	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace
 	s3, err := s3FromEnv()
 	if err != nil {
@@ -102,6 +126,57 @@ func adminKeyReporter(stderr io.Writer, terminal bool, log *slog.Logger) func(ke
 		}
 		fmt.Fprintf(stderr, "Generated an admin key (shown once; stored with mode 0600 in %s):\n\n    export AIFORGE_ADMIN_KEY=%s\n\n", path, key)
 	}
+}
+
+// envInt is an integer from the environment, def when unset or not a
+// number.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+// natsAuthFlags are how `aiforge run` authenticates to an external NATS and
+// secures the connection. Passwords and tokens come from the environment
+// only, never from flags (flags show in process listings).
+type natsAuthFlags struct {
+	creds, nkey, user      string
+	tlsCA, tlsCert, tlsKey string
+	tlsFirst               bool
+}
+
+func (n *natsAuthFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&n.creds, "nats-creds", env("AIFORGE_NATS_CREDS", ""), "NATS credentials file (JWT + nkey seed, operator mode)")
+	fl.StringVar(&n.nkey, "nats-nkey", env("AIFORGE_NATS_NKEY", ""), "NATS nkey seed file (aiforge nats config writes one per service: <service>.nk)")
+	fl.StringVar(&n.user, "nats-user", env("AIFORGE_NATS_USER", ""), "NATS user name (the password from AIFORGE_NATS_PASSWORD only; a token from AIFORGE_NATS_TOKEN only)")
+	fl.StringVar(&n.tlsCA, "nats-tls-ca", env("AIFORGE_NATS_TLS_CA", ""), "CA certificate (PEM) that signed the NATS server's certificate; enables TLS")
+	fl.StringVar(&n.tlsCert, "nats-tls-cert", env("AIFORGE_NATS_TLS_CERT", ""), "client certificate (PEM) for mutual TLS with NATS")
+	fl.StringVar(&n.tlsKey, "nats-tls-key", env("AIFORGE_NATS_TLS_KEY", ""), "the client certificate's private key (PEM)")
+	fl.BoolVar(&n.tlsFirst, "nats-tls-first", env("AIFORGE_NATS_TLS_FIRST", "") != "", "TLS handshake before the NATS greeting (servers with handshake_first)")
+}
+
+func (n *natsAuthFlags) options() (natsutil.ConnectOptions, error) {
+	o := natsutil.ConnectOptions{
+		CredsFile: n.creds, NKeyFile: n.nkey, User: n.user,
+		Password: os.Getenv("AIFORGE_NATS_PASSWORD"), Token: os.Getenv("AIFORGE_NATS_TOKEN"),
+		TLSCA: n.tlsCA, TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSFirst: n.tlsFirst,
+	}
+	if o.User == "" && o.Password != "" {
+		return o, fmt.Errorf("AIFORGE_NATS_PASSWORD is set: give the user with --nats-user or AIFORGE_NATS_USER")
+	}
+	_, err := o.Options() // check the files now, not at the first dial
+	return o, err
+}
+
+// printNATSCreds tells the operator where the embedded server's
+// credentials are and how to use them.
+func printNATSCreds(url, dir string) {
+	fmt.Fprintf(os.Stderr, "NATS on %s requires authentication: one nkey seed per service (mode 0600) in %s\n\n"+
+		"    nats --server %s --nkey %s stream ls\n"+
+		"    aiforge run worker --nats-url %s --nats-nkey %s ...\n\n",
+		url, dir, url, filepath.Join(dir, "admin.nk"), url, filepath.Join(dir, "worker.nk"))
 }
 
 // s3FromEnv configures an S3 object store (shared by the services that keep

@@ -8,6 +8,7 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
@@ -53,10 +55,24 @@ type Options struct {
 	DataDir string
 	// NATSURL is an external NATS; empty starts an embedded server.
 	NATSURL string
+	// NATS authenticates the connection to NATSURL (creds, nkey, user,
+	// token) and secures it (TLS).
+	NATS natsutil.ConnectOptions
 	// NATSListen exposes the embedded server to other processes
 	// ("127.0.0.1:4222"); empty keeps it in-process only, "127.0.0.1:-1"
-	// picks a free port.
+	// picks a free port. The embedded server always requires
+	// authentication: every identity of pkg/busauth, its nkey seed in
+	// NATSCredsDir.
 	NATSListen string
+	// NATSCredsDir holds the embedded server's identities (<name>.nk,
+	// mode 0600), created on first start. Default DataDir/nats.
+	NATSCredsDir string
+	// NATSListenTLS, when set, is required of every client of the embedded
+	// server's listener (natsutil.ServerTLS).
+	NATSListenTLS *tls.Config
+	// OnNATSListen is told the embedded server's client URL and the
+	// credentials dir once it listens.
+	OnNATSListen func(url, credsDir string)
 	// Listen is the edge's HTTP address.
 	Listen string
 	// EdgeListener, when set, is served instead of Listen (tests).
@@ -185,6 +201,11 @@ type App struct {
 	srv *server.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
+	// ids are the embedded server's identities; each module connects
+	// in-process as its service (conns), so the permission table is in
+	// force inside one process too.
+	ids   map[string]busauth.Identity
+	conns map[string]*nats.Conn
 
 	Registry *prometheus.Registry
 	Tracer   *sdktrace.TracerProvider
@@ -416,16 +437,31 @@ func (a *App) Run(ctx context.Context) error {
 
 func (a *App) startBus() error {
 	if a.opts.NATSURL != "" {
-		nc, err := natsutil.Connect(a.opts.NATSURL, "aiforge")
+		opts := []nats.Option{natsutil.LogAsyncErrors(a.log)}
+		if id := a.identity(); id != "" {
+			opts = append(opts, nats.CustomInboxPrefix(busauth.InboxPrefix(id)))
+		}
+		nc, err := natsutil.Dial(a.opts.NATSURL, "aiforge", a.opts.NATS, opts...)
 		if err != nil {
 			return err
 		}
+		a.log.Info("connected to NATS", "url", natsutil.RedactURL(a.opts.NATSURL), "auth", a.opts.NATS.Method())
 		a.nc = nc
 	} else {
 		if a.opts.DataDir == "" {
 			return errors.New("a data dir is required for the embedded bus")
 		}
-		cfg := natsutil.EmbeddedConfig{StoreDir: filepath.Join(a.opts.DataDir, "jetstream"), DontListen: true}
+		dir := a.CredsDir()
+		ids, err := busauth.LoadOrCreate(dir)
+		if err != nil {
+			return err
+		}
+		users, err := busauth.ServerUsers(ids)
+		if err != nil {
+			return err
+		}
+		a.ids = ids
+		cfg := natsutil.EmbeddedConfig{StoreDir: filepath.Join(a.opts.DataDir, "jetstream"), DontListen: true, Users: users, TLS: a.opts.NATSListenTLS}
 		if a.opts.NATSListen != "" {
 			host, port, err := net.SplitHostPort(a.opts.NATSListen)
 			if err != nil {
@@ -442,12 +478,20 @@ func (a *App) startBus() error {
 			return err
 		}
 		a.srv = srv
-		nc, err := natsutil.ConnectInProcess(srv, "aiforge")
+		// The process's own connection (provisioning, in-process tools)
+		// is the admin identity.
+		nc, err := natsutil.ConnectInProcess(srv, "aiforge", ids[busauth.Admin].Option(), natsutil.LogAsyncErrors(a.log))
 		if err != nil {
 			srv.Shutdown()
 			return err
 		}
 		a.nc = nc
+		if !cfg.DontListen {
+			a.log.Info("NATS listening; clients authenticate with the nkeys in the credentials dir", "url", srv.ClientURL(), "credentials", dir)
+			if a.opts.OnNATSListen != nil {
+				a.opts.OnNATSListen(srv.ClientURL(), dir)
+			}
+		}
 	}
 	js, err := jetstream.New(a.nc)
 	if err != nil {
@@ -457,13 +501,82 @@ func (a *App) startBus() error {
 	return nil
 }
 
+// CredsDir is where the embedded server keeps its identities.
+func (a *App) CredsDir() string {
+	if a.opts.NATSCredsDir != "" {
+		return a.opts.NATSCredsDir
+	}
+	if a.opts.DataDir == "" {
+		return ""
+	}
+	return filepath.Join(a.opts.DataDir, "nats")
+}
+
+// identity is the one service identity every target of the process runs
+// as, or "" when they differ (then the process needs a credential allowed
+// everything its targets do, such as admin).
+func (a *App) identity() string {
+	names, _ := order(a.opts.Targets)
+	id := ""
+	for _, n := range names {
+		s := busauth.ServiceOf(n)
+		if s == "" {
+			continue
+		}
+		if id != "" && s != id {
+			return ""
+		}
+		id = s
+	}
+	return id
+}
+
+// bus is the connection a module uses: with the embedded server, its own
+// in-process connection as its service's identity (so a permission the
+// table lacks fails here as it would across the network); with an
+// external NATS, the process's connection.
+func (a *App) bus(module string) (*nats.Conn, jetstream.JetStream, error) {
+	id := busauth.ServiceOf(module)
+	if a.srv == nil || id == "" {
+		return a.nc, a.js, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conns == nil {
+		a.conns = map[string]*nats.Conn{}
+	}
+	nc := a.conns[module]
+	if nc == nil {
+		var err error
+		nc, err = natsutil.ConnectInProcess(a.srv, "aiforge-"+module, a.ids[id].Option(), natsutil.LogAsyncErrors(a.log.With("module", module)))
+		if err != nil {
+			return nil, nil, err
+		}
+		a.conns[module] = nc
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
 func (a *App) stopBus() {
+	a.mu.Lock()
+	conns := make([]*nats.Conn, 0, len(a.conns)+1)
+	for _, nc := range a.conns {
+		conns = append(conns, nc)
+	}
+	a.mu.Unlock()
 	if a.nc != nil {
-		_ = a.nc.Drain()
-		for a.nc.IsDraining() {
+		conns = append(conns, a.nc) // last: the admin connection
+	}
+	for _, nc := range conns {
+		_ = nc.Drain()
+		for nc.IsDraining() {
 			time.Sleep(5 * time.Millisecond)
 		}
-		a.nc.Close()
+		nc.Close()
 	}
 	if a.srv != nil {
 		a.srv.Shutdown()
@@ -501,6 +614,10 @@ func (a *App) adminKey() (string, error) {
 }
 
 func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("edge")
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg := a.opts.Edge
 	cfg.Listen = a.opts.Listen
 	key, err := a.adminKey()
@@ -513,7 +630,7 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 	}
 	objects := a.store
 	e, err := edge.New(cfg, edge.Deps{
-		NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
+		NC: nc, JS: js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
 		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready, Objects: objects,
 	})
 	if err != nil {
@@ -568,6 +685,10 @@ func (a *App) buildNATS() (func(context.Context) error, func() bool, error) {
 }
 
 func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("workers")
+	if err != nil {
+		return nil, nil, err
+	}
 	m, err := a.workerMetrics()
 	if err != nil {
 		return nil, nil, err
@@ -585,7 +706,7 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 		scfg.ModelsDir = filepath.Join(a.opts.DataDir, "models")
 	}
 	sup, err := supervisor.New(scfg,
-		supervisor.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})
+		supervisor.Deps{NC: nc, JS: js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -593,11 +714,15 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 }
 
 func (a *App) buildWorker() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("worker")
+	if err != nil {
+		return nil, nil, err
+	}
 	m, err := a.workerMetrics()
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := worker.New(a.opts.Worker, worker.Deps{NC: a.nc, JS: a.js, Logger: a.log, Metrics: m, Tracer: a.tracer()})
+	w, err := worker.New(a.opts.Worker, worker.Deps{NC: nc, JS: js, Logger: a.log, Metrics: m, Tracer: a.tracer()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -605,9 +730,13 @@ func (a *App) buildWorker() (func(context.Context) error, func() bool, error) {
 }
 
 func (a *App) buildUsage() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("usage")
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg := a.opts.Usage
 	cfg.Streams = a.opts.Edge.Streams
-	u, err := usage.New(cfg, usage.Deps{NC: a.nc, JS: a.js, Logger: a.log, Registerer: a.Registry})
+	u, err := usage.New(cfg, usage.Deps{NC: nc, JS: js, Logger: a.log, Registerer: a.Registry})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -624,11 +753,15 @@ func (a *App) requireObjects() (objstore.Store, error) {
 }
 
 func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("ingest")
+	if err != nil {
+		return nil, nil, err
+	}
 	objects, err := a.requireObjects()
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := ingest.New(ingest.Config{}, ingest.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log})
+	s, err := ingest.New(ingest.Config{}, ingest.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -636,11 +769,15 @@ func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
 }
 
 func (a *App) buildEmbedder() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("embedder")
+	if err != nil {
+		return nil, nil, err
+	}
 	objects, err := a.requireObjects()
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := embedder.New(embedder.Config{}, embedder.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log})
+	s, err := embedder.New(embedder.Config{}, embedder.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -648,6 +785,10 @@ func (a *App) buildEmbedder() (func(context.Context) error, func() bool, error) 
 }
 
 func (a *App) buildRetriever() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("retriever")
+	if err != nil {
+		return nil, nil, err
+	}
 	objects, err := a.requireObjects()
 	if err != nil {
 		return nil, nil, err
@@ -656,7 +797,7 @@ func (a *App) buildRetriever() (func(context.Context) error, func() bool, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := retriever.New(retriever.Config{}, retriever.Deps{NC: a.nc, JS: a.js, Objects: objects, Index: idx, Logger: a.log})
+	s, err := retriever.New(retriever.Config{}, retriever.Deps{NC: nc, JS: js, Objects: objects, Index: idx, Logger: a.log})
 	if err != nil {
 		_ = idx.Close()
 		return nil, nil, err
@@ -702,6 +843,10 @@ func (a *App) openIndex() (index.Index, error) {
 }
 
 func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) {
+	_, js, err := a.bus("guardian")
+	if err != nil {
+		return nil, nil, err
+	}
 	objects, err := a.requireObjects()
 	if err != nil {
 		return nil, nil, err
@@ -713,7 +858,7 @@ func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) 
 			return nil, nil, fmt.Errorf("guardian scratch dir: %w", err)
 		}
 	}
-	s, err := guardian.New(cfg, guardian.Deps{JS: a.js, Objects: objects, Logger: a.log})
+	s, err := guardian.New(cfg, guardian.Deps{JS: js, Objects: objects, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -106,6 +106,13 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 
 // Ensure creates or updates every stream and bucket. It is idempotent and is
 // called by every service at start, so start order does not matter.
+//
+// Under least privilege (pkg/busauth) only the admin identity may create or
+// change streams and buckets; a service identity may only read their
+// configuration, so for a service Ensure is a check that passes when the
+// bus was provisioned with the same StreamOptions (`aiforge nats
+// provision`, or `aiforge run nats` and `aiforge up`, which provision as
+// admin at start) and fails, naming the stream, when it was not.
 func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	var errs []error
 	for _, sc := range Streams(o) {
@@ -128,6 +135,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error 
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			// A refused JetStream API request is never answered.
+			return fmt.Errorf("events: ensure streams (missing or different, and this NATS identity may not be allowed to create or change them: provision as admin with `aiforge nats provision`, with the same stream options): %w", err)
+		}
 		return fmt.Errorf("events: ensure streams: %w", err)
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 // ends.
 func Server(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := natsutil.StartEmbedded(natsutil.EmbeddedConfig{StoreDir: t.TempDir(), Port: -1, ServerName: "test"})
+	s, err := natsutil.StartEmbedded(natsutil.EmbeddedConfig{StoreDir: t.TempDir(), Port: -1, ServerName: "test", Anonymous: true})
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}

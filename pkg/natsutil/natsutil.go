@@ -4,8 +4,12 @@
 package natsutil
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -25,6 +29,39 @@ type EmbeddedConfig struct {
 	ServerName string
 	// ReadyTimeout bounds how long Start waits for the server. Default 10s.
 	ReadyTimeout time.Duration
+	// Users are the nkey identities the server accepts, each with its
+	// permissions (pkg/busauth). With none, the server accepts only
+	// in-process clients: StartEmbedded refuses to open a listener
+	// without authentication unless Anonymous is set.
+	Users []*server.NkeyUser
+	// Anonymous allows a listener without authentication: for tests on
+	// loopback only.
+	Anonymous bool
+	// TLS, when set, is required of every network client (ServerTLS);
+	// in-process clients need none.
+	TLS *tls.Config
+}
+
+// ServerTLS loads the embedded server's certificate and key; with ca, the
+// server also requires client certificates signed by it (mutual TLS).
+func ServerTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: server TLS certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsutil: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("natsutil: client CA %s holds no PEM certificate", caFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // StartEmbedded starts a nats-server with JetStream enabled and waits until it
@@ -42,6 +79,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if cfg.ServerName == "" {
 		cfg.ServerName = "aiforge"
 	}
+	if !cfg.DontListen && len(cfg.Users) == 0 && !cfg.Anonymous {
+		return nil, errors.New("natsutil: refusing to open a NATS listener without authentication: give the server its users")
+	}
 	opts := &server.Options{
 		ServerName:         cfg.ServerName,
 		Host:               cfg.Host,
@@ -53,6 +93,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		NoLog:              true,
 		MaxPayload:         8 << 20,
 		JetStreamMaxMemory: 256 << 20,
+		Nkeys:              cfg.Users,
+	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -78,12 +123,35 @@ func ConnectInProcess(s *server.Server, name string, opts ...nats.Option) (*nats
 }
 
 // Connect opens a client connection to an external NATS URL that keeps
-// reconnecting forever: services outlive bus restarts.
+// reconnecting forever: services outlive bus restarts. A failure names its
+// cause (Explain) without the URL's user information.
 func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("natsutil: connect %s: %w", url, err)
+		return nil, fmt.Errorf("natsutil: connect: %w", Explain(url, err))
 	}
 	return nc, nil
+}
+
+// Dial is Connect with the authentication and TLS of co.
+func Dial(url, name string, co ConnectOptions, opts ...nats.Option) (*nats.Conn, error) {
+	auth, err := co.Options()
+	if err != nil {
+		return nil, err
+	}
+	return Connect(url, name, append(auth, opts...)...)
+}
+
+// LogAsyncErrors logs what the server reports asynchronously, permission
+// violations above all: a publish or subscribe the identity may not make
+// fails on the server, and this is where it shows.
+func LogAsyncErrors(log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if sub != nil {
+			log.Error("nats: asynchronous error", "subject", sub.Subject, "err", err)
+			return
+		}
+		log.Error("nats: asynchronous error", "err", err)
+	})
 }

@@ -1,0 +1,250 @@
+// Package busauth is who may do what on the bus: one identity per service,
+// each with the publish and subscribe allow-lists its code needs and nothing
+// more, and an admin identity for operators and provisioning.
+//
+// The table is derived from what each service does (events.Publish, its
+// durable consumers, the KV buckets and object stores it opens, the core
+// request/reply subjects it serves or calls). NATS enforces it, so a
+// property such as "an inference request comes from an inference client"
+// holds on the bus itself: a worker or usage identity cannot publish on
+// aiforge.infer.v1.>, and a stolen worker credential cannot write a key.
+//
+// Streams and buckets are created by the admin identity (provisioning:
+// `aiforge run nats` and the all-in-one process do it at start, `aiforge
+// nats provision` against an external server). Services may read the
+// configuration of every stream of the contract (events.Ensure checks it)
+// but create nothing, except the usage service, which creates its own
+// object store.
+package busauth
+
+import (
+	"slices"
+	"time"
+
+	"github.com/aiforge/aiforge/pkg/events"
+)
+
+// Identity names. A service's identity is its module name, except that
+// "workers" (the supervisor) and "worker" (one sidecar) share Worker.
+const (
+	Admin     = "admin"
+	Edge      = "edge"
+	Worker    = "worker"
+	Usage     = "usage"
+	Ingest    = "ingest"
+	Embedder  = "embedder"
+	Retriever = "retriever"
+	Guardian  = "guardian"
+)
+
+// Services lists every service identity, in a stable order.
+var Services = []string{Edge, Embedder, Guardian, Ingest, Retriever, Usage, Worker}
+
+// Identities are the services and admin.
+func Identities() []string { return append(slices.Clone(Services), Admin) }
+
+// ServiceOf is the identity a module of internal/app runs as ("" for
+// modules that are not services).
+func ServiceOf(module string) string {
+	switch module {
+	case "workers", "worker":
+		return Worker
+	case Edge, Usage, Ingest, Embedder, Retriever, Guardian:
+		return module
+	}
+	return ""
+}
+
+// InboxPrefix is the inbox prefix of an identity's connection
+// (nats.CustomInboxPrefix): replies to its requests, JetStream API answers
+// and KV watch deliveries come there, and only it may subscribe to it.
+func InboxPrefix(identity string) string { return "_INBOX_" + identity }
+
+// Permissions are one identity's allow-lists. Responses, when set, lets it
+// answer requests it received (publish to their reply subjects) without
+// listing the requesters' inboxes.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	Responses *Responses
+}
+
+// Responses bound the answers to one request: MaxMsgs messages (-1: no
+// limit, for streamed answers) within Expires.
+type Responses struct {
+	MaxMsgs int
+	Expires time.Duration
+}
+
+// LedgerStore is the usage service's object store (its ledger snapshot).
+const LedgerStore = "aiforge_ledgers"
+
+// For returns the permissions of an identity.
+func For(identity string) (Permissions, bool) {
+	p, ok := table()[identity]
+	return p, ok
+}
+
+// grant accumulates allow-lists.
+type grant struct{ pub, sub []string }
+
+func (g *grant) p(s ...string) *grant { g.pub = append(g.pub, s...); return g }
+func (g *grant) s(s ...string) *grant { g.sub = append(g.sub, s...); return g }
+
+const api = "$JS.API."
+
+// streamInfo lets an identity read the configuration and state of every
+// stream and bucket of the contract (no messages): events.Ensure, run by
+// every process at start, checks them.
+func (g *grant) streamInfo() *grant {
+	for _, sc := range events.Streams(events.StreamOptions{}) {
+		g.p(api + "STREAM.INFO." + sc.Name)
+	}
+	for _, kc := range events.Buckets(events.StreamOptions{}) {
+		g.p(api + "STREAM.INFO.KV_" + kc.Bucket)
+	}
+	return g
+}
+
+// ordered lets an identity read a stream through ordered (ephemeral)
+// consumers: KV watches, replays. Their names are random, so the grant is
+// per stream.
+func (g *grant) ordered(stream string) *grant {
+	return g.p(api+"CONSUMER.CREATE."+stream, api+"CONSUMER.CREATE."+stream+".>",
+		api+"CONSUMER.INFO."+stream+".>", api+"CONSUMER.DELETE."+stream+".>",
+		api+"CONSUMER.MSG.NEXT."+stream+".>", "$JS.FC."+stream+".>",
+		api+"STREAM.INFO."+stream)
+}
+
+// kvRead lets an identity get and watch a bucket.
+func (g *grant) kvRead(buckets ...string) *grant {
+	for _, b := range buckets {
+		st := "KV_" + b
+		g.ordered(st).p(api+"DIRECT.GET."+st, api+"DIRECT.GET."+st+".>", api+"STREAM.MSG.GET."+st)
+	}
+	return g
+}
+
+// kvWrite lets an identity read and write (put, create, update, delete,
+// purge a key of) a bucket.
+func (g *grant) kvWrite(buckets ...string) *grant {
+	for _, b := range buckets {
+		g.kvRead(b).p("$KV." + b + ".>")
+	}
+	return g
+}
+
+// durable lets an identity run the durable consumer name of stream: create
+// and update it, pull, acknowledge, and copy what it gives up on to its
+// dead-letter subject.
+func (g *grant) durable(stream, name string) *grant {
+	return g.p(api+"CONSUMER.CREATE."+stream+"."+name, api+"CONSUMER.CREATE."+stream+"."+name+".>",
+		api+"CONSUMER.INFO."+stream+"."+name, api+"CONSUMER.MSG.NEXT."+stream+"."+name,
+		"$JS.ACK."+stream+"."+name+".>", events.DeadLetter(stream, name))
+}
+
+// objectStore lets an identity create and use its own object store.
+func (g *grant) objectStore(name string) *grant {
+	st := "OBJ_" + name
+	return g.ordered(st).p(api+"STREAM.CREATE."+st, api+"STREAM.UPDATE."+st, api+"STREAM.PURGE."+st,
+		api+"DIRECT.GET."+st, api+"DIRECT.GET."+st+".>", api+"STREAM.MSG.GET."+st, "$O."+name+".>")
+}
+
+// inbox lets an identity receive on its own inbox prefix only.
+func (g *grant) inbox(identity string) *grant { return g.s(InboxPrefix(identity) + ".>") }
+
+// Event subjects, one per event type and every key.
+func ev(typ string) string { return typ + ".*" }
+
+// inferAll is every inference subject: requests, direct, ping.
+const inferAll = "aiforge.infer.v1.>"
+
+// inferCtlAll is every worker's control subject.
+const inferCtlAll = "aiforge.infer.ctl.v1.*"
+
+func table() map[string]Permissions {
+	t := map[string]Permissions{}
+	put := func(name string, g *grant, r *Responses) {
+		t[name] = Permissions{Publish: dedupe(g.pub), Subscribe: dedupe(g.sub), Responses: r}
+	}
+	registryBuckets := []string{events.BucketTenants, events.BucketKeys, events.BucketModels, events.BucketPrices}
+	catalogBuckets := []string{events.BucketCatalog, events.BucketDeployments, events.BucketPulls}
+
+	// The edge is the API: the only client that publishes inference for
+	// tenants (with the embedder and retriever, which call embedding
+	// models for documents), the writer of the registry and catalog, the
+	// caller of the usage and retriever queries.
+	edge := (&grant{}).inbox(Edge).streamInfo().
+		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery).
+		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageCorrectedV1)).
+		p(ev(events.TypeDocIngestRequestedV1), ev(events.TypeDocRemovedV1)).
+		p(ev(events.TypeModelUploadedV1), ev(events.TypeModelPullRequestedV1)).
+		kvWrite(registryBuckets...).kvWrite(catalogBuckets...).
+		kvWrite(events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles,
+			events.BucketVectorStores, events.BucketVectorStoreFiles).
+		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
+		ordered(events.StreamUsage)
+	put(Edge, edge, nil)
+
+	// Workers answer inference (every frame goes to the request's reply
+	// subject, hence Responses without a message limit), take credits and
+	// cancels on their control subject, publish usage, and read the model
+	// bindings and the catalog. They write no bucket.
+	worker := (&grant{}).inbox(Worker).streamInfo().
+		s(inferAll, inferCtlAll).
+		p(ev(events.TypeUsageRecordedV2)).
+		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments)
+	put(Worker, worker, &Responses{MaxMsgs: -1, Expires: time.Hour})
+
+	// The usage service folds USAGE, settles budgets, answers usage
+	// queries, raises budget alerts and keeps its ledger snapshot.
+	usage := (&grant{}).inbox(Usage).streamInfo().
+		s(events.UsageQuery).
+		p(ev(events.TypeBudgetAlertV1)).
+		ordered(events.StreamUsage).
+		kvWrite(events.BucketBudgets).
+		kvRead(registryBuckets...).kvRead(events.BucketCatalog, events.BucketDeployments).
+		objectStore(LedgerStore)
+	put(Usage, usage, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
+
+	ingest := (&grant{}).inbox(Ingest).streamInfo().
+		p(ev(events.TypeDocChunkedV1), ev(events.TypeDocFailedV1)).
+		durable(events.StreamDocs, "ingest")
+	put(Ingest, ingest, nil)
+
+	// The embedder calls embedding models (inference requests) for
+	// document chunks.
+	embedder := (&grant{}).inbox(Embedder).streamInfo().
+		p(inferAll, inferCtlAll).
+		p(ev(events.TypeDocEmbeddedV1), ev(events.TypeDocFailedV1)).
+		durable(events.StreamDocs, "embedder")
+	put(Embedder, embedder, nil)
+
+	// The retriever indexes embedded chunks, answers searches (embedding
+	// the query through a worker) and records each file's status.
+	retriever := (&grant{}).inbox(Retriever).streamInfo().
+		s(events.RetrieverQuery).
+		p(inferAll, inferCtlAll).
+		p(ev(events.TypeDocIndexedV1), ev(events.TypeDocFailedV1)).
+		durable(events.StreamDocs, "retriever").
+		kvWrite(events.BucketVectorStoreFiles)
+	put(Retriever, retriever, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
+
+	// The guardian scans uploads, mirrors hub pulls and writes verdicts
+	// into the catalog.
+	guardian := (&grant{}).inbox(Guardian).streamInfo().
+		p(ev(events.TypeModelUploadedV1), ev(events.TypeModelVerdictV2)).
+		durable(events.StreamModels, "guardian-scan").durable(events.StreamModels, "guardian-mirror").
+		kvWrite(catalogBuckets...)
+	put(Guardian, guardian, nil)
+
+	// Admin is for operators and provisioning: everything.
+	put(Admin, (&grant{}).p(">").s(">"), nil)
+	return t
+}
+
+func dedupe(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
