@@ -308,7 +308,6 @@ func TestLegacyEngineKeyMigrated(t *testing.T) {
 	before := engine.Stats().Completed
 
 	s2 := startStack(t, stackOpts{dataDir: dir, mutate: captureLogs(logs)})
-	tap := tapBus(t, s2.app.NATS())
 	s2.waitServed(key, "old")
 	if engine.Stats().Completed <= before {
 		t.Fatal("the migrated binding was not served by the engine")
@@ -328,6 +327,27 @@ func TestLegacyEngineKeyMigrated(t *testing.T) {
 	if err != nil || !strings.Contains(string(e.Value()), `"api_key_sealed"`) {
 		t.Fatalf("migrated binding: %v", err)
 	}
+	// Until the edge has sealed it, the clear value is what every watcher
+	// of the bucket reads at start; from then on nothing carries it. Tap
+	// the bus now, serve a request and read the bucket afresh (a watch
+	// delivers every binding, and history would show a clear revision).
+	tap := tapBus(t, s2.app.NATS())
+	if st, body := s2.post(key, "/v1/chat/completions", `{"model":"old","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); st != 200 {
+		t.Fatalf("chat after the migration: %d %s", st, body)
+	}
+	w, err := models.WatchAll(ctx, jetstream.IncludeHistory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		if strings.Contains(string(e.Value()), engineKey) {
+			t.Errorf("revision %d of %s holds the key in clear", e.Revision(), e.Key())
+		}
+	}
+	_ = w.Stop()
 	// The stream no longer holds the clear key in any revision (the
 	// JetStream files on disk may, until compaction: not checked).
 	assertNowhere(t, s2, tap, logs, "", engineKey)

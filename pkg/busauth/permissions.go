@@ -183,7 +183,12 @@ func table() map[string]Permissions {
 		kvWrite(events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles,
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
-		ordered(events.StreamUsage)
+		ordered(events.StreamUsage).
+		// Sealing a binding stored before engine keys were sealed purges
+		// the binding's older revisions, which hold the key in clear
+		// (registry.SealLegacyEngineKeys). The edge may already delete any
+		// binding, so purging that bucket's history grants nothing more.
+		p(api + "STREAM.PURGE.KV_" + events.BucketModels)
 	put(Edge, edge, nil)
 
 	// Workers answer inference (every frame goes to the request's reply
