@@ -51,8 +51,9 @@ type Request struct {
 	// Choices is how many sequences the engine generates, each up to
 	// MaxTokens: chat's n, completions' max(n, best_of); 0 means 1.
 	Choices int64
-	// InputBytes is the size of the prompt field: an upper bound of its
-	// tokens, used to reserve budget and count tokens per minute.
+	// InputBytes bounds the prompt's tokens from above, for budget
+	// reservations and tokens per minute: the size of the prompt or input
+	// field; for chat, what messageTokensBound counts.
 	InputBytes int64
 }
 
@@ -133,6 +134,11 @@ func parseInference(endpoint string, body []byte) (Request, *contracts.Error) {
 		}
 	}
 	p.InputBytes = int64(len(f.Messages) + len(f.Prompt) + len(f.Input))
+	if endpoint == events.EndpointChatCompletions {
+		if n, ok := messageTokensBound(f.Messages); ok {
+			p.InputBytes = n + int64(len(f.Prompt)+len(f.Input))
+		}
+	}
 	switch endpoint {
 	case events.EndpointChatCompletions:
 		if isNull(f.Messages) {
@@ -202,4 +208,39 @@ func withMaxTokens(body []byte, tokens int64) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+// Chat template overheads messageTokensBound adds: per message (role
+// markers and separators: ChatML and Llama 3 templates take 4 or 5 tokens
+// besides the role) and per request (begin-of-text and the assistant's
+// generation prompt).
+const (
+	messageOverheadTokens = 4
+	requestOverheadTokens = 8
+)
+
+// messageTokensBound bounds the tokens of a chat prompt from above, for a
+// byte-level tokenizer (at most one token per byte): the bytes of every
+// string field of every message (contents, roles, names; other values by
+// their JSON size) plus the template overheads. It is much tighter than the
+// JSON size of the messages for short turns, so a small budget is not taken
+// up by JSON syntax. ok is false when messages is not an array of objects.
+func messageTokensBound(messages json.RawMessage) (n int64, ok bool) {
+	var ms []map[string]json.RawMessage
+	if json.Unmarshal(messages, &ms) != nil {
+		return 0, false
+	}
+	n = requestOverheadTokens
+	for _, m := range ms {
+		n += messageOverheadTokens
+		for _, v := range m {
+			var str string
+			if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &str) == nil {
+				n += int64(len(str))
+			} else {
+				n += int64(len(v))
+			}
+		}
+	}
+	return n, true
 }
