@@ -137,6 +137,11 @@ func TestBudgetUnderConcurrentStreams(t *testing.T) {
 // a key of tenant acme with a hard budget; it returns the key's secret and
 // budget entry and the budgets bucket.
 func budgetStack(t *testing.T, budget float64) (s *stack, key, entry string, kv jetstream.KeyValue) {
+	s, key, _, entry, kv = budgetStackID(t, budget)
+	return s, key, entry, kv
+}
+
+func budgetStackID(t *testing.T, budget float64) (s *stack, key, keyID, entry string, kv jetstream.KeyValue) {
 	t.Helper()
 	ns := natstest.Server(t)
 	_, base := sim(t, enginesim.Config{Models: []string{"up"}, AnswerTokens: 16})
@@ -161,7 +166,7 @@ func budgetStack(t *testing.T, budget float64) (s *stack, key, entry string, kv 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, k.Key, spend.KeyEntry(k.ID, "total"), kv
+	return s, k.Key, k.ID, spend.KeyEntry(k.ID, "total"), kv
 }
 
 // TestBudgetServesWhatItCovers: a $0.05 budget on a model at $1000/M
@@ -172,7 +177,7 @@ func budgetStack(t *testing.T, budget float64) (s *stack, key, entry string, kv 
 // request could have cost.
 func TestBudgetServesWhatItCovers(t *testing.T) {
 	const budget = 0.05
-	s, key, entry, kv := budgetStack(t, budget)
+	s, key, keyID, entry, kv := budgetStackID(t, budget)
 	ctx := context.Background()
 	body := `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`
 	var served []string
@@ -214,6 +219,31 @@ func TestBudgetServesWhatItCovers(t *testing.T) {
 	}
 	if e.SpentNano > spend.USDToNano(budget) {
 		t.Fatalf("spent %d past the budget", e.SpentNano)
+	}
+	// The admin API shows the limit, spend, reservations and what is left,
+	// for the key and its tenant (which has no hard budget: no remaining).
+	var k struct {
+		Budget struct {
+			Period       string   `json:"period"`
+			LimitUSD     float64  `json:"limit_usd"`
+			SpentUSD     float64  `json:"spent_usd"`
+			ReservedUSD  *float64 `json:"reserved_usd"`
+			RemainingUSD float64  `json:"remaining_usd"`
+		} `json:"budget"`
+	}
+	if err := s.admin.Do(ctx, "GET", "/admin/v1/keys/"+keyID, nil, &k); err != nil {
+		t.Fatal(err)
+	}
+	if b := k.Budget; b.Period != "total" || b.LimitUSD != budget || b.SpentUSD != spend.NanoToUSD(e.SpentNano) ||
+		b.ReservedUSD == nil || *b.ReservedUSD != 0 || b.RemainingUSD != spend.NanoToUSD(spend.USDToNano(budget)-e.SpentNano) {
+		t.Fatalf("key budget view %+v, entry %+v", b, e)
+	}
+	var tn map[string]any
+	if err := s.admin.Do(ctx, "GET", "/admin/v1/tenants/acme", nil, &tn); err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := tn["budget"].(map[string]any); !ok || b["period"] != "total" || b["remaining_usd"] != nil {
+		t.Fatalf("tenant view %v", tn)
 	}
 }
 

@@ -92,6 +92,23 @@ func PeriodID(period string, t time.Time) string {
 	return "total"
 }
 
+// PeriodEnd is when the period containing t ends (the budget resets); the
+// zero time for a total budget.
+func PeriodEnd(period string, t time.Time) time.Time {
+	t = t.UTC()
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	switch period {
+	case PeriodDaily:
+		return day.AddDate(0, 0, 1)
+	case PeriodWeekly:
+		wd := int(day.Weekday()+6) % 7 // Monday = 0
+		return day.AddDate(0, 0, 7-wd)
+	case PeriodMonthly:
+		return time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
+}
+
 // KeyEntry and TenantEntry name the budget entry of a key or tenant in a
 // period.
 func KeyEntry(keyID, periodID string) string     { return "k." + keyID + "." + periodID }
