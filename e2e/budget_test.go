@@ -278,3 +278,49 @@ func TestBudgetReservationsOfACrashExpire(t *testing.T) {
 		return e.ReservedNano == 0 && e.SpentNano > 0 && len(e.Holds) == 0
 	}, "the expired hold dropped and the request settled")
 }
+
+// TestBudgetOverflowInputsAreRefused: the inputs that used to wrap the
+// admission arithmetic round (max_tokens of int64's largest) get a 400
+// naming the parameter; n multiplies the reservation and the tokens per
+// minute, so a request that could cost more than the budget or the minute
+// allows is refused, and spend stays within the budget.
+func TestBudgetOverflowInputsAreRefused(t *testing.T) {
+	const budget = 0.05
+	s, key, entry, kv := budgetStack(t, budget)
+	ctx := context.Background()
+	for _, c := range []struct{ extra, param string }{
+		{`"max_tokens":9223372036854775807`, "max_tokens"},
+		{`"max_completion_tokens":9223372036854775807`, "max_completion_tokens"},
+		{`"max_tokens":2147483649`, "max_tokens"},
+		{`"n":9223372036854775807`, "n"},
+	} {
+		body := `{"model":"chat","messages":[{"role":"user","content":"hi"}],` + c.extra + `}`
+		st, resp := s.post(key, "/v1/chat/completions", body)
+		if st != http.StatusBadRequest || !strings.Contains(string(resp), `"param":"`+c.param+`"`) {
+			t.Errorf("%s: %d %s", c.extra, st, resp)
+		}
+	}
+	// 128 choices of at least one token each cost more than $0.05 at
+	// $1000/M: refused before the engine is asked.
+	st, resp := s.post(key, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}],"n":128,"max_tokens":100}`)
+	if st != http.StatusTooManyRequests || errorCode(string(resp)) != "budget_exceeded" {
+		t.Fatalf("n=128: %d %s", st, resp)
+	}
+	// A key with 2,000 tokens per minute: 3 choices of 1,000 count 3,000.
+	var k struct {
+		Key string `json:"key"`
+	}
+	if err := s.admin.Do(ctx, "POST", "/admin/v1/keys", map[string]any{"tenant": "acme", "tpm": 2000}, &k); err != nil {
+		t.Fatal(err)
+	}
+	st, resp = s.post(k.Key, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}],"n":3,"max_tokens":1000}`)
+	if st != http.StatusTooManyRequests || errorCode(string(resp)) != "rate_limit_exceeded" || !strings.Contains(string(resp), "counts for up to 3018 tokens") {
+		t.Fatalf("tpm with n=3: %d %s", st, resp)
+	}
+	if st, resp = s.post(k.Key, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":9223372036854775807}`); st != http.StatusBadRequest {
+		t.Fatalf("tpm key, max_tokens overflow: %d %s", st, resp)
+	}
+	if e, _ := spend.Get(ctx, kv, entry); e.SpentNano != 0 || e.ReservedNano != 0 {
+		t.Fatalf("refused requests spent or reserved: %+v", e)
+	}
+}
