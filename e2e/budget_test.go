@@ -324,3 +324,66 @@ func TestBudgetOverflowInputsAreRefused(t *testing.T) {
 		t.Fatalf("refused requests spent or reserved: %+v", e)
 	}
 }
+
+// TestBudgetConcurrentRequestsWithoutMaxTokens: 50 clients at once, none
+// setting max_tokens, against a $0.20 budget: each is granted what is left
+// (capping its max_tokens), so spend plus reservations never pass the
+// budget and settled spend ends within it. A request without max_tokens
+// wants 4,096 tokens ($4): the first takes all that is left and the others
+// are refused until it settles (a client asks again then), so they are
+// served one after another until less than a request's least is left.
+func TestBudgetConcurrentRequestsWithoutMaxTokens(t *testing.T) {
+	const budget = 0.20
+	s, key, entry, kv := budgetStack(t, budget)
+	ctx := context.Background()
+	var served, refused, cut atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				body := fmt.Sprintf(`{"model":"chat","messages":[{"role":"user","content":"c%d r%d"}]}`, i, j)
+				st, resp := s.post(key, "/v1/chat/completions", body)
+				if st == http.StatusTooManyRequests {
+					refused.Add(1)
+					// Refused while another request holds what is left: ask
+					// again once nothing is held; refused with nothing held,
+					// the budget is used up.
+					e, _ := spend.Get(ctx, kv, entry)
+					if e.Live(time.Now()).ReservedNano == 0 {
+						return
+					}
+					// Poll (this goroutine must not call t.Fatal).
+					for deadline := time.Now().Add(20 * time.Second); e.ReservedNano != 0; e, _ = spend.Get(ctx, kv, entry) {
+						if time.Now().After(deadline) {
+							t.Errorf("holds of requests in flight never released: %+v", e)
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					continue
+				}
+				if st != 200 {
+					t.Errorf("status %d %s", st, resp)
+					return
+				}
+				served.Add(1)
+				if strings.Contains(string(resp), `"finish_reason":"length"`) {
+					cut.Add(1)
+				}
+				if e, err := spend.Get(ctx, kv, entry); err == nil && spend.AddSat(e.SpentNano, e.ReservedNano) > spend.USDToNano(budget) {
+					t.Errorf("spent %d + reserved %d > budget", e.SpentNano, e.ReservedNano)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var e spend.Entry
+	eventually(t, 20*time.Second, func() bool {
+		e, _ = spend.Get(ctx, kv, entry)
+		return e.ReservedNano == 0
+	}, "every reservation settled")
+	t.Logf("served %d (%d cut short), refused %d; spent $%.3f of $%.2f", served.Load(), cut.Load(), refused.Load(), spend.NanoToUSD(e.SpentNano), budget)
+	if served.Load() < 5 || e.SpentNano > spend.USDToNano(budget) || spend.USDToNano(budget)-e.SpentNano >= spend.USDToNano(0.030) {
+		t.Fatalf("served %d, spent %d of %d", served.Load(), e.SpentNano, spend.USDToNano(budget))
+	}
+}
