@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,17 +80,18 @@ func tenantsCmd() *cobra.Command {
 				return err
 			}
 			var out listOut[struct {
-				ID        string    `json:"id"`
-				CreatedAt time.Time `json:"created_at"`
+				ID        string     `json:"id"`
+				CreatedAt time.Time  `json:"created_at"`
+				Budget    *budgetOut `json:"budget"`
 			}]
 			if err := cl.Do(cmd.Context(), "GET", "/admin/v1/tenants", nil, &out); err != nil {
 				return err
 			}
 			rows := [][]string{}
 			for _, t := range out.Data {
-				rows = append(rows, []string{t.ID, t.CreatedAt.Format(time.RFC3339)})
+				rows = append(rows, append(append([]string{t.ID}, budgetCells(t.Budget)...), t.CreatedAt.Format(time.RFC3339)))
 			}
-			cli.Table(cmd.OutOrStdout(), []string{"TENANT", "CREATED"}, rows)
+			cli.Table(cmd.OutOrStdout(), append(append([]string{"TENANT"}, budgetHeader...), "CREATED"), rows)
 			return nil
 		},
 	}
@@ -151,12 +153,52 @@ func (l *limitFlags) changed(c *cobra.Command) map[string]any {
 }
 
 type keyOut struct {
-	ID        string    `json:"id"`
-	Key       string    `json:"key,omitempty"`
-	Tenant    string    `json:"tenant"`
-	Name      string    `json:"name,omitempty"`
-	Models    []string  `json:"models"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string     `json:"id"`
+	Key       string     `json:"key,omitempty"`
+	Tenant    string     `json:"tenant"`
+	Name      string     `json:"name,omitempty"`
+	Models    []string   `json:"models"`
+	CreatedAt time.Time  `json:"created_at"`
+	RPM       int64      `json:"rpm"`
+	TPM       int64      `json:"tpm"`
+	Budget    *budgetOut `json:"budget"`
+}
+
+// budgetOut is the spend the admin API shows for a key or tenant in its
+// current budget period.
+type budgetOut struct {
+	Period       string   `json:"period"`
+	LimitUSD     *float64 `json:"limit_usd"`
+	SpentUSD     float64  `json:"spent_usd"`
+	ReservedUSD  float64  `json:"reserved_usd"`
+	RemainingUSD *float64 `json:"remaining_usd"`
+}
+
+// budgetHeader and budgetCells are the budget columns of the key and
+// tenant tables: the hard budget and its period, spent, reserved for
+// requests in flight, and what is left ("-" for none).
+var budgetHeader = []string{"BUDGET", "SPENT", "RESERVED", "REMAINING"}
+
+func budgetCells(b *budgetOut) []string {
+	if b == nil {
+		return []string{"-", "-", "-", "-"}
+	}
+	usd := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	limit, left := "-", "-"
+	if b.LimitUSD != nil {
+		limit = "$" + usd(*b.LimitUSD) + " " + b.Period
+	}
+	if b.RemainingUSD != nil {
+		left = "$" + usd(*b.RemainingUSD)
+	}
+	return []string{limit, "$" + usd(b.SpentUSD), "$" + usd(b.ReservedUSD), left}
+}
+
+func rate(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func keysCmd() *cobra.Command {
@@ -227,9 +269,12 @@ func keysCmd() *cobra.Command {
 			}
 			rows := [][]string{}
 			for _, k := range out.Data {
-				rows = append(rows, []string{k.ID, k.Tenant, k.Name, strings.Join(k.Models, ","), k.CreatedAt.Format(time.RFC3339)})
+				row := []string{k.ID, k.Tenant, k.Name, strings.Join(k.Models, ","), rate(k.RPM), rate(k.TPM)}
+				row = append(row, budgetCells(k.Budget)...)
+				rows = append(rows, append(row, k.CreatedAt.Format(time.RFC3339)))
 			}
-			cli.Table(cmd.OutOrStdout(), []string{"ID", "TENANT", "NAME", "MODELS", "CREATED"}, rows)
+			header := append([]string{"ID", "TENANT", "NAME", "MODELS", "RPM", "TPM"}, budgetHeader...)
+			cli.Table(cmd.OutOrStdout(), append(header, "CREATED"), rows)
 			return nil
 		},
 	}

@@ -114,3 +114,41 @@ func TestRunHelpNamesTargetsAndObjectStore(t *testing.T) {
 		t.Errorf("run --help does not say where the object store lives")
 	}
 }
+
+// `aiforge keys list` shows each key's limits and its spend: budget and
+// period, spent, reserved for requests in flight, remaining.
+func TestKeysListShowsSpend(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"key_1","tenant":"acme","models":["*"],"created_at":"2026-12-01T10:00:00Z","tpm":2000,
+			"budget":{"period":"total","period_id":"total","limit_usd":0.05,"spent_usd":0.034,"reserved_usd":0.002,"requests_in_flight":1,"remaining_usd":0.014}},
+			{"id":"key_2","tenant":"acme","models":["*"],"created_at":"2026-12-01T10:00:00Z","budget":{"period":"total","period_id":"total","spent_usd":1.5,"reserved_usd":0}}]}`))
+	}))
+	defer srv.Close()
+	t.Setenv("AIFORGE_ADMIN_KEY", "ak-test")
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"keys", "list", "--url", srv.URL})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for _, want := range [][]string{{"BUDGET", "SPENT", "RESERVED", "REMAINING", "TPM"},
+		{"key_1", "$0.05 total", "$0.034", "$0.002", "$0.014", "2000"}, {"key_2", "$1.5", "$0"}} {
+		line := lines[0]
+		if want[0] == "key_1" {
+			line = lines[1]
+		} else if want[0] == "key_2" {
+			line = lines[2]
+		}
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				t.Errorf("%q lacks %q", line, w)
+			}
+		}
+	}
+}

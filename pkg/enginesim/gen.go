@@ -255,6 +255,9 @@ func (s *Sim) setMaxTokens(g *gen, mt *int, param string) *apiError {
 	}
 	g.maxTokens = *mt
 	g.explicitMax = true
+	if s.answerTokens > 0 && *mt > s.answerTokens {
+		g.maxTokens, g.explicitMax = s.answerTokens, false
+	}
 	return nil
 }
 

@@ -30,6 +30,12 @@ type Config struct {
 	// DefaultMaxTokens is the number of tokens generated when the request has
 	// neither max_tokens nor max_completion_tokens. Default 16.
 	DefaultMaxTokens int
+	// AnswerTokens, when positive, is where an answer ends by itself (as a
+	// model stops at its end-of-sequence token): a request whose max_tokens
+	// allows more gets AnswerTokens tokens with finish_reason "stop"; one
+	// whose max_tokens is lower is cut at it with "length". Zero: max_tokens
+	// tokens are always generated.
+	AnswerTokens int
 	// EmbeddingDims is the embedding size when the request has no
 	// "dimensions". Default 8.
 	EmbeddingDims int
@@ -126,6 +132,7 @@ type Sim struct {
 	modelSet         map[string]struct{}
 	modelsJSON       []byte
 	defaultMaxTokens int
+	answerTokens     int
 	embeddingDims    int
 	authHeader       string // "Bearer <key>", empty = no auth
 
@@ -166,6 +173,7 @@ const modelsCreated = 1700000000
 func New(cfg Config) *Sim {
 	s := &Sim{
 		defaultMaxTokens: cfg.DefaultMaxTokens,
+		answerTokens:     cfg.AnswerTokens,
 		embeddingDims:    cfg.EmbeddingDims,
 		modelSet:         make(map[string]struct{}),
 	}

@@ -41,7 +41,8 @@ func WindowKey(keyID string, t time.Time) string {
 	return "r." + keyID + "." + strconv.FormatInt(t.Unix()/60, 10)
 }
 
-// Admit counts one request of tokens tokens against the key's window of the
+// Admit counts one request of tokens tokens (saturating: a huge count is
+// refused, never wrapped round) against the key's window of the
 // current minute if both stay within the limits. It is exact across edge
 // replicas: the window changes only by compare-and-set, so the requests
 // admitted in a minute never exceed RPM.
@@ -52,18 +53,18 @@ func Admit(ctx context.Context, b jetstream.KeyValue, keyID string, lim RateLimi
 	w, written, err := kv.Update(ctx, b, key, func(w *Window, _ bool) error {
 		// fn may run again after a lost race: decide afresh each time.
 		d.Exceeded = ""
-		if lim.RPM > 0 && w.Requests+1 > lim.RPM {
+		if lim.RPM > 0 && AddSat(w.Requests, 1) > lim.RPM {
 			d.Exceeded = "requests"
-		} else if lim.TPM > 0 && w.Tokens+tokens > lim.TPM {
+		} else if lim.TPM > 0 && AddSat(w.Tokens, tokens) > lim.TPM {
 			d.Exceeded = "tokens"
 		}
 		if d.Exceeded != "" {
-			d.RemainingRequests = max(lim.RPM-w.Requests, 0)
-			d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
+			d.RemainingRequests = SubFloor(lim.RPM, w.Requests)
+			d.RemainingTokens = SubFloor(lim.TPM, w.Tokens)
 			return kv.ErrNoChange
 		}
-		w.Requests++
-		w.Tokens += tokens
+		w.Requests = AddSat(w.Requests, 1)
+		w.Tokens = AddSat(w.Tokens, tokens)
 		return nil
 	})
 	switch {
@@ -73,7 +74,7 @@ func Admit(ctx context.Context, b jetstream.KeyValue, keyID string, lim RateLimi
 		return d, nil
 	}
 	d.Allowed = true
-	d.RemainingRequests = max(lim.RPM-w.Requests, 0)
-	d.RemainingTokens = max(lim.TPM-w.Tokens, 0)
+	d.RemainingRequests = SubFloor(lim.RPM, w.Requests)
+	d.RemainingTokens = SubFloor(lim.TPM, w.Tokens)
 	return d, nil
 }

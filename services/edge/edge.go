@@ -78,6 +78,10 @@ type Config struct {
 	// clear by older versions are sealed at start. Nil: the admin API
 	// refuses engine API keys. The edge never holds the private half.
 	SecretsKey *sealed.PublicKey
+	// ReservationTTL is how long a budget reservation counts when its
+	// request's usage never settles (an edge or worker killed mid-request);
+	// it must exceed the longest request. Default 15m (spend.DefaultHoldTTL).
+	ReservationTTL time.Duration
 }
 
 // Validate reports every problem with c; it never mutates c.
@@ -86,7 +90,7 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 {
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -285,7 +289,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Client: client, Directory: d.dir, JS: js,
 		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
 		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
-		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx,
+		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx, HoldTTL: s.cfg.ReservationTTL,
 	})
 	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
 	d.vectors = vectorstores.New(vectorstores.Deps{
@@ -302,7 +306,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
 	}).Routes(d.mux)
-	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey}).Routes(d.mux)
+	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey, Budgets: kvs[events.BucketBudgets]}).Routes(d.mux)
 	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
 	return d, nil

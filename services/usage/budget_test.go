@@ -16,6 +16,11 @@ import (
 	"github.com/aiforge/aiforge/pkg/spend"
 )
 
+// hold is the reservation an edge makes for request id.
+func hold(id string, nano int64) spend.Hold {
+	return spend.Hold{ID: id, NanoUSD: nano, ExpiresUnixMS: time.Now().Add(spend.DefaultHoldTTL).UnixMilli()}
+}
+
 // Settlement: every V2 event's cost lands in its key's and tenant's budget
 // entry of the period of its StartedAt and releases its reservations; a
 // replay after a crash, or from the very start, settles nothing twice; the
@@ -81,7 +86,7 @@ func TestBudgetSettlement(t *testing.T) {
 		res = append(res, events.Reservation{Key: tenantEntry(day), NanoUSD: reserve})
 		limits = append(limits, spend.Limit{Key: tenantEntry(day), LimitNano: spend.USDToNano(1000)})
 		add(tenantEntry(day), h.cost("m1", at, 1000, 0, 500, 1))
-		if err := spend.Reserve(ctx, kv, limits, reserve); err != nil {
+		if _, err := spend.Reserve(ctx, kv, limits, hold(u.RequestID, reserve), reserve, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		pubs = append(pubs, pub{ev: events.UsageRecordedV2{UsageRecordedV1: u, Reservations: res}, id: u.RequestID})
@@ -92,8 +97,8 @@ func TestBudgetSettlement(t *testing.T) {
 	crossAt := day1.Add(500 * time.Millisecond)
 	u := recorded(h, 999, "acme", k1.ID, "m1", events.EndpointChatCompletions, crossAt, 1000, 0, 500, "ok")
 	res := []events.Reservation{{Key: keyEntry(k1.ID, day0), NanoUSD: reserve}, {Key: tenantEntry(day0), NanoUSD: reserve}}
-	if err := spend.Reserve(ctx, kv, []spend.Limit{{Key: keyEntry(k1.ID, day0), LimitNano: spend.USDToNano(500)},
-		{Key: tenantEntry(day0), LimitNano: spend.USDToNano(1000)}}, reserve); err != nil {
+	if _, err := spend.Reserve(ctx, kv, []spend.Limit{{Key: keyEntry(k1.ID, day0), LimitNano: spend.USDToNano(500)},
+		{Key: tenantEntry(day0), LimitNano: spend.USDToNano(1000)}}, hold(u.RequestID, reserve), reserve, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	add(keyEntry(k1.ID, day1), h.cost("m1", crossAt, 1000, 0, 500, 1))

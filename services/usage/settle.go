@@ -24,9 +24,11 @@ func hasBudget(l registry.Limits) bool { return l.MaxBudgetUSD > 0 || l.SoftBudg
 
 // settleItem is one event's share of one budget entry.
 type settleItem struct {
-	seq      uint64
-	spent    int64
-	released int64
+	seq   uint64
+	spent int64
+	// release is the hold the event releases ("" for none): the edge
+	// reserves under the request id.
+	release string
 }
 
 // entryWork is what one budget entry gets from one batch of events, in
@@ -52,14 +54,14 @@ type settleBatch struct {
 
 func newSettleBatch() *settleBatch { return &settleBatch{entries: map[string]*entryWork{}} }
 
-func (b *settleBatch) add(key string, seq uint64, spent, released int64) *entryWork {
+func (b *settleBatch) add(key string, seq uint64, spent int64, release string) *entryWork {
 	w, ok := b.entries[key]
 	if !ok {
 		w = &entryWork{key: key}
 		b.entries[key] = w
 		b.order = append(b.order, key)
 	}
-	w.items = append(w.items, settleItem{seq: seq, spent: spent, released: released})
+	w.items = append(w.items, settleItem{seq: seq, spent: spent, release: release})
 	return w
 }
 
@@ -77,16 +79,15 @@ func (b *settleBatch) plan(seq uint64, u *events.UsageRecordedV1, res []events.R
 	tl = lv.tenants[u.Tenant]
 	tenantEntry = spend.TenantEntry(u.Tenant, spend.PeriodID(tl.Period(), u.StartedAt))
 
-	reserved := func(key string) (int64, bool) {
-		var sum int64
-		found := false
+	// reserved is the hold the event releases in key: the request's, when
+	// the edge reserved there.
+	reserved := func(key string) (string, bool) {
 		for _, r := range res {
 			if r.Key == key {
-				sum += r.NanoUSD
-				found = true
+				return u.RequestID, true
 			}
 		}
-		return sum, found
+		return "", false
 	}
 	one := func(entry, scope, id string, l registry.Limits) {
 		rel, hasRes := reserved(entry)
@@ -260,12 +261,17 @@ func (st *settler) settleEntry(ctx context.Context, w *entryWork) error {
 			return st.alert(ctx, w, e)
 		}
 	}
-	var spent, released int64
+	var spent int64
+	var release []string
 	for _, it := range items {
-		spent += it.spent
-		released += it.released
+		spent = spend.AddSat(spent, it.spent)
+		if it.release != "" {
+			release = append(release, it.release)
+		}
 	}
-	e, changed, err := spend.Settle(ctx, st.kv, w.key, items[len(items)-1].seq, spent, released)
+	// Holds carry wall-clock deadlines set by the edges: expired ones are
+	// dropped by the wall clock, whatever clock reports use.
+	e, changed, err := spend.Settle(ctx, st.kv, w.key, items[len(items)-1].seq, spent, release, time.Now())
 	if err != nil {
 		return err
 	}

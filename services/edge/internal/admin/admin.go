@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/sealed"
+	"github.com/aiforge/aiforge/pkg/spend"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
@@ -26,6 +29,11 @@ type Deps struct {
 	// the API is sealed to it before it is stored. Nil: a binding with an
 	// api_key is refused (the registry never stores one in clear).
 	SecretsKey *sealed.PublicKey
+	// Budgets is the spend bucket (events.BucketBudgets), read to show
+	// spend, reservations and what is left; nil shows none.
+	Budgets jetstream.KeyValue
+	// Now is the clock of the budget views; default time.Now.
+	Now func() time.Time
 }
 
 // Service is the registry admin API.
@@ -36,7 +44,75 @@ type Service struct {
 }
 
 // New builds the admin API.
-func New(d Deps) *Service { return &Service{d: d, store: d.Store, log: d.Logger} }
+func New(d Deps) *Service {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return &Service{d: d, store: d.Store, log: d.Logger}
+}
+
+// budgetView is the spend of a key or tenant in the current budget period.
+type budgetView struct {
+	Period   string     `json:"period"`
+	PeriodID string     `json:"period_id"`
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
+	// LimitUSD is the hard budget; absent when there is none.
+	LimitUSD     *float64 `json:"limit_usd,omitempty"`
+	SoftLimitUSD *float64 `json:"soft_limit_usd,omitempty"`
+	SpentUSD     float64  `json:"spent_usd"`
+	// ReservedUSD is set aside for the requests in flight (live holds:
+	// expired ones are left out).
+	ReservedUSD      float64 `json:"reserved_usd"`
+	RequestsInFlight int     `json:"requests_in_flight"`
+	// RemainingUSD is what new requests can reserve: limit - spent -
+	// reserved, at least 0; absent without a hard budget.
+	RemainingUSD *float64 `json:"remaining_usd,omitempty"`
+}
+
+// budget reads the budget entry of limits l; nil when the entry cannot be
+// read (the view is then shown without it).
+func (s *Service) budget(r *http.Request, l registry.Limits, entryOf func(periodID string) string) *budgetView {
+	if s.d.Budgets == nil {
+		return nil
+	}
+	now := s.d.Now()
+	pid := spend.PeriodID(l.Period(), now)
+	e, err := spend.Get(r.Context(), s.d.Budgets, entryOf(pid))
+	if err != nil {
+		s.log.Warn("budget entry unreadable", "entry", entryOf(pid), "err", err)
+		return nil
+	}
+	e = e.Live(now)
+	v := &budgetView{Period: l.Period(), PeriodID: pid, SpentUSD: spend.NanoToUSD(e.SpentNano),
+		ReservedUSD: spend.NanoToUSD(e.ReservedNano), RequestsInFlight: len(e.Holds)}
+	if end := spend.PeriodEnd(l.Period(), now); !end.IsZero() {
+		v.ResetsAt = &end
+	}
+	if l.MaxBudgetUSD > 0 {
+		limit := l.MaxBudgetUSD
+		left := spend.NanoToUSD(e.RemainingNano(spend.USDToNano(limit)))
+		v.LimitUSD, v.RemainingUSD = &limit, &left
+	}
+	if l.SoftBudgetUSD > 0 {
+		soft := l.SoftBudgetUSD
+		v.SoftLimitUSD = &soft
+	}
+	return v
+}
+
+func (s *Service) keyBudget(r *http.Request, k registry.Key) *budgetView {
+	return s.budget(r, k.Limits, func(pid string) string { return spend.KeyEntry(k.ID, pid) })
+}
+
+// tenantView is a tenant with its spend.
+type tenantView struct {
+	registry.Tenant
+	Budget *budgetView `json:"budget,omitempty"`
+}
+
+func (s *Service) viewTenant(r *http.Request, t registry.Tenant) tenantView {
+	return tenantView{Tenant: t, Budget: s.budget(r, t.Limits, func(pid string) string { return spend.TenantEntry(t.ID, pid) })}
+}
 
 // Routes mounts the admin API; it answers in OpenAI's error shape like the
 // rest of the edge.
@@ -99,10 +175,11 @@ func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Tenants")
 		return
 	}
-	if ts == nil {
-		ts = []registry.Tenant{}
+	data := make([]tenantView, 0, len(ts))
+	for _, t := range ts {
+		data = append(data, s.viewTenant(r, t))
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ts})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +188,7 @@ func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, t)
+	httpapi.WriteJSON(w, http.StatusOK, s.viewTenant(r, t))
 }
 
 // keyView is a key as the API shows it: never the hash, the secret only
@@ -125,6 +202,8 @@ type keyView struct {
 	Models    []string  `json:"models"`
 	CreatedAt time.Time `json:"created_at"`
 	registry.Limits
+	// Budget is the key's spend in its current budget period (GET only).
+	Budget *budgetView `json:"budget,omitempty"`
 }
 
 func viewKey(k registry.Key, secret string) keyView {
@@ -287,7 +366,9 @@ func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	data := make([]keyView, 0, len(ks))
 	for _, k := range ks {
-		data = append(data, viewKey(k, ""))
+		v := viewKey(k, "")
+		v.Budget = s.keyBudget(r, k)
+		data = append(data, v)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -298,7 +379,9 @@ func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, viewKey(k, ""))
+	v := viewKey(k, "")
+	v.Budget = s.keyBudget(r, k)
+	httpapi.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {

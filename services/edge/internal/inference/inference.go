@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -21,6 +22,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/spend"
 )
 
 // Errors that end requests in flight (the causes of their contexts).
@@ -50,6 +52,12 @@ type Deps struct {
 	// Streams ends, with cause ErrShuttingDown, when the shutdown grace is
 	// over: every request still in flight is ended then.
 	Streams context.Context
+	// HoldTTL is how long a budget reservation counts when its request's
+	// usage never settles (its edge or worker died); default
+	// spend.DefaultHoldTTL.
+	HoldTTL time.Duration
+	// Now is the clock of admission; default time.Now.
+	Now func() time.Time
 }
 
 // Service serves inference.
@@ -63,8 +71,16 @@ type Service struct {
 
 // New builds the inference path.
 func New(d Deps) *Service {
+	if d.HoldTTL <= 0 {
+		d.HoldTTL = spend.DefaultHoldTTL
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
 	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{})}
 }
+
+func (s *Service) now() time.Time { return s.d.Now() }
 
 // Routes mounts the OpenAI inference endpoints.
 func (s *Service) Routes(mux *http.ServeMux) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
@@ -23,17 +24,36 @@ type inferFields struct {
 	Input         json.RawMessage `json:"input"`
 	MaxTokens     json.RawMessage `json:"max_tokens"`
 	MaxCompletion json.RawMessage `json:"max_completion_tokens"`
+	N             json.RawMessage `json:"n"`
+	BestOf        json.RawMessage `json:"best_of"`
 }
+
+// Bounds of the admission inputs a request sets.
+const (
+	// MaxOutputTokens bounds max_tokens and max_completion_tokens: the
+	// registry does not know a model's context, and no model has one of
+	// 2^31 tokens.
+	MaxOutputTokens = 1 << 31
+	// MaxChoices bounds n and best_of (OpenAI allows n up to 128).
+	MaxChoices = 128
+)
 
 // Request is what the edge reads of an inference request.
 type Request struct {
 	Model        string
 	Stream       bool
 	IncludeUsage bool
-	// MaxTokens is the requested output bound (0 when unset).
+	// MaxTokens is the requested output bound per choice (0 when unset).
 	MaxTokens int64
-	// InputBytes is the size of the prompt field: an upper bound of its
-	// tokens, used to reserve budget and count tokens per minute.
+	// MaxTokensParam names the parameter MaxTokens came from, for errors;
+	// default "max_tokens".
+	MaxTokensParam string
+	// Choices is how many sequences the engine generates, each up to
+	// MaxTokens: chat's n, completions' max(n, best_of); 0 means 1.
+	Choices int64
+	// InputBytes bounds the prompt's tokens from above, for budget
+	// reservations and tokens per minute: the size of the prompt or input
+	// field; for chat, what messageTokensBound counts.
 	InputBytes int64
 }
 
@@ -84,11 +104,41 @@ func parseInference(endpoint string, body []byte) (Request, *contracts.Error) {
 		}
 		var n int64
 		if err := json.Unmarshal(mt.raw, &n); err != nil || n < 0 {
+			var big json.Number
+			if json.Unmarshal(mt.raw, &big) == nil && big.String() != "" && big.String()[0] != '-' && !bytes.ContainsAny(mt.raw, ".eE") {
+				return p, tooManyTokens(mt.name) // an integer past int64
+			}
 			return p, contracts.ErrBadRequest(mt.name, contracts.CodeInvalidType, fmt.Sprintf("Invalid '%s': expected a non-negative integer.", mt.name))
 		}
-		p.MaxTokens = max(p.MaxTokens, n)
+		if n > MaxOutputTokens {
+			return p, tooManyTokens(mt.name)
+		}
+		if n >= p.MaxTokens {
+			p.MaxTokens, p.MaxTokensParam = n, mt.name
+		}
+	}
+	if endpoint != events.EndpointEmbeddings {
+		var err *contracts.Error
+		if p.Choices, err = choices("n", f.N); err != nil {
+			return p, err
+		}
+		if endpoint == events.EndpointCompletions {
+			bestOf, err := choices("best_of", f.BestOf)
+			if err != nil {
+				return p, err
+			}
+			if bestOf < p.Choices {
+				return p, contracts.ErrBadRequest("best_of", contracts.CodeInvalidRequest, "Invalid 'best_of': must be at least 'n'.")
+			}
+			p.Choices = bestOf
+		}
 	}
 	p.InputBytes = int64(len(f.Messages) + len(f.Prompt) + len(f.Input))
+	if endpoint == events.EndpointChatCompletions {
+		if n, ok := messageTokensBound(f.Messages); ok {
+			p.InputBytes = n + int64(len(f.Prompt)+len(f.Input))
+		}
+	}
 	switch endpoint {
 	case events.EndpointChatCompletions:
 		if isNull(f.Messages) {
@@ -113,4 +163,84 @@ func parseInference(endpoint string, body []byte) (Request, *contracts.Error) {
 		}
 	}
 	return p, nil
+}
+
+func tooManyTokens(param string) *contracts.Error {
+	return contracts.ErrBadRequest(param, contracts.CodeInvalidRequest,
+		fmt.Sprintf("Invalid '%s': at most %d tokens can be requested.", param, MaxOutputTokens))
+}
+
+// choices reads n or best_of: an integer from 1 to MaxChoices, 1 when unset.
+func choices(param string, raw json.RawMessage) (int64, *contracts.Error) {
+	if isNull(raw) {
+		return 1, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err != nil || n < 1 || n > MaxChoices {
+		return 0, contracts.ErrBadRequest(param, contracts.CodeInvalidRequest,
+			fmt.Sprintf("Invalid '%s': expected an integer from 1 to %d.", param, MaxChoices))
+	}
+	return n, nil
+}
+
+// withMaxTokens returns body with its output bound set to tokens: every
+// max_tokens and max_completion_tokens it has, else max_tokens. Other
+// fields pass unchanged (in key order).
+func withMaxTokens(body []byte, tokens int64) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	v := json.RawMessage(strconv.FormatInt(tokens, 10))
+	set := false
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if _, ok := m[k]; ok {
+			m[k], set = v, true
+		}
+	}
+	if !set {
+		m["max_tokens"] = v
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+// Chat template overheads messageTokensBound adds: per message (role
+// markers and separators: ChatML and Llama 3 templates take 4 or 5 tokens
+// besides the role) and per request (begin-of-text and the assistant's
+// generation prompt).
+const (
+	messageOverheadTokens = 4
+	requestOverheadTokens = 8
+)
+
+// messageTokensBound bounds the tokens of a chat prompt from above, for a
+// byte-level tokenizer (at most one token per byte): the bytes of every
+// string field of every message (contents, roles, names; other values by
+// their JSON size) plus the template overheads. It is much tighter than the
+// JSON size of the messages for short turns, so a small budget is not taken
+// up by JSON syntax. ok is false when messages is not an array of objects.
+func messageTokensBound(messages json.RawMessage) (n int64, ok bool) {
+	var ms []map[string]json.RawMessage
+	if json.Unmarshal(messages, &ms) != nil {
+		return 0, false
+	}
+	n = requestOverheadTokens
+	for _, m := range ms {
+		n += messageOverheadTokens
+		for _, v := range m {
+			var str string
+			if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &str) == nil {
+				n += int64(len(str))
+			} else {
+				n += int64(len(v))
+			}
+		}
+	}
+	return n, true
 }

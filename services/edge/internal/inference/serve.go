@@ -148,9 +148,20 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if !c.Key.Allows(model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
 	}
-	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request)
+	if c.Request.MaxTokens > MaxOutputTokens {
+		return &refusal{Error: tooManyTokens(orDefault(c.Request.MaxTokensParam, "max_tokens")), model: model}
+	}
+	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request, newRequestID())
 	if ref != nil {
 		return ref
+	}
+	if adm.capTokens > 0 {
+		body, err := withMaxTokens(c.Body, adm.capTokens)
+		if err != nil {
+			go s.release(adm.id, adm.reservations)
+			return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object."), model: model}
+		}
+		c.Body = body
 	}
 	s.serve(w, r, c, adm, out)
 	return nil
@@ -158,7 +169,7 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admitted, out Renderer) {
 	key, p, start := c.Key, c.Request, c.Start
-	reqID := newRequestID()
+	reqID := adm.id
 	w.Header().Set("X-Request-Id", reqID)
 
 	ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
@@ -260,7 +271,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 		var be *bridge.Error
 		switch {
 		case errors.Is(err, bridge.ErrNoWorker) && len(adm.reservations) > 0:
-			go s.release(adm.reservations)
+			go s.release(reqID, adm.reservations)
 		case errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0:
 			s.recordLostUsage(c, reqID, res, span, adm.reservations)
 		}

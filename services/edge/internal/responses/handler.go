@@ -136,7 +136,7 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		cbody["stream_options"] = map[string]any{"include_usage": true}
 	}
 	chatBody, _ := json.Marshal(cbody)
-	p := inference.Request{Model: req.Model, Stream: req.Stream, IncludeUsage: req.Stream, InputBytes: int64(len(chatBody))}
+	p := inference.Request{Model: req.Model, Stream: req.Stream, IncludeUsage: req.Stream, InputBytes: int64(len(chatBody)), MaxTokensParam: "max_output_tokens"}
 	if req.MaxOutputTokens != nil {
 		p.MaxTokens = *req.MaxOutputTokens
 	}
