@@ -167,6 +167,123 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := bridge.NewClient(nil, bridge.ClientConfig{}); err == nil {
 		t.Error("NewClient accepted a nil connection")
 	}
+	if _, err := bridge.NewClient(nc, bridge.ClientConfig{Family: bridge.Family(7)}); err == nil {
+		t.Error("NewClient accepted an unknown subject family")
+	}
+}
+
+func TestFamilySubjects(t *testing.T) {
+	for _, tc := range []struct {
+		f                     bridge.Family
+		subject, direct, ping string
+	}{
+		{bridge.FamilyInfer, events.Infer("m"), events.InferDirect("m", "w1"), events.InferPing("m")},
+		{bridge.FamilyEmbed, events.Embed("m"), events.EmbedDirect("m", "w1"), events.EmbedPing("m")},
+	} {
+		if got := tc.f.Subject("m"); got != tc.subject {
+			t.Errorf("%v.Subject = %q, want %q", tc.f, got, tc.subject)
+		}
+		if got := tc.f.Direct("m", "w1"); got != tc.direct {
+			t.Errorf("%v.Direct = %q, want %q", tc.f, got, tc.direct)
+		}
+		if got := tc.f.Ping("m"); got != tc.ping {
+			t.Errorf("%v.Ping = %q, want %q", tc.f, got, tc.ping)
+		}
+	}
+	var zero bridge.ClientConfig
+	if zero.Family != bridge.FamilyInfer {
+		t.Errorf("the default family is %v, want infer", zero.Family)
+	}
+}
+
+// TestEmbedFamily: a client on the embedding family reaches the model's
+// workers on events.Embed, for embeddings; chat or completions sent there
+// are refused before the handler runs, with a 403 endpoint_not_allowed
+// frame that is not retried.
+func TestEmbedFamily(t *testing.T) {
+	b := newBus(t)
+	got := make(chan *bridge.Request, 8)
+	b.server(bridge.ServerConfig{WorkerID: "w1"}, func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
+		got <- req
+		_ = w.Body(ctx, http.StatusOK, "application/json", []byte(`{"data":[]}`))
+	})
+	tap := b.conn("tap")
+	seen := make(chan string, 8)
+	sub, err := tap.Subscribe("aiforge.*.v1.>", func(m *nats.Msg) { seen <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := tap.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := b.client(bridge.ClientConfig{Family: bridge.FamilyEmbed})
+	ctx := testCtx(t)
+
+	req := newReq(`{"input":["a"]}`)
+	req.Endpoint = events.EndpointEmbeddings
+	var sink collect
+	res, err := c.Do(ctx, req, sink.sink)
+	if err != nil || res.Status != http.StatusOK || res.WorkerID != "w1" {
+		t.Fatalf("embeddings on the embed family: %+v, %v", res, err)
+	}
+	if r := recv(t, got, "request at the worker"); r.Endpoint != events.EndpointEmbeddings || r.ID != req.ID {
+		t.Fatalf("request at the worker: %+v", r)
+	}
+	if s := recv(t, seen, "the request on the bus"); s != events.Embed(model) {
+		t.Fatalf("request published on %q, want %q", s, events.Embed(model))
+	}
+
+	for _, ep := range []string{events.EndpointChatCompletions, events.EndpointCompletions, ""} {
+		req := newReq(`{"messages":[]}`)
+		req.Endpoint = ep
+		res, err := c.Do(ctx, req, func([]byte) error { return errors.New("no data expected") })
+		be := asBridgeError(t, err)
+		if be.Status != http.StatusForbidden || be.Code != bridge.CodeEndpointNotAllowed || be.Retryable || res.Retried ||
+			!strings.Contains(be.Message, "embeddings endpoint only") {
+			t.Fatalf("endpoint %q on the embed family: %+v, result %+v", ep, be, res)
+		}
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the handler ran for a refused request: %+v", r)
+	default:
+	}
+
+	// The inference family still serves every endpoint.
+	res, err = b.client(bridge.ClientConfig{}).Do(ctx, newReq("{}"), func([]byte) error { return nil })
+	if err != nil || res.Status != http.StatusOK {
+		t.Fatalf("chat on the infer family: %+v, %v", res, err)
+	}
+}
+
+// TestEmbedFamilyFailover: a retryable failure on the embedding family is
+// retried on another replica found by the embedding family's ping, and
+// goes out on its direct subject.
+func TestEmbedFamilyFailover(t *testing.T) {
+	b := newBus(t)
+	b.server(bridge.ServerConfig{WorkerID: "A"}, func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
+		_ = w.Fail(&bridge.Error{Status: http.StatusBadGateway, Code: "engine_error", Message: "engine down", Retryable: true})
+	})
+	b.server(bridge.ServerConfig{WorkerID: "B"}, func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
+		_ = w.Body(ctx, http.StatusOK, "application/json", []byte(`{"data":[]}`))
+	})
+	c := b.client(bridge.ClientConfig{Family: bridge.FamilyEmbed})
+	retried := 0
+	for i := range 20 {
+		req := newReq("{}")
+		req.Endpoint = events.EndpointEmbeddings
+		res, err := c.Do(testCtx(t), req, func([]byte) error { return nil })
+		if err != nil || res.WorkerID != "B" {
+			t.Fatalf("request %d: %+v, %v", i, res, err)
+		}
+		if res.Retried {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Fatal("the queue group never picked A in 20 requests")
+	}
 }
 
 func TestStreamInOrderAndRequestFields(t *testing.T) {

@@ -29,6 +29,10 @@ type ClientConfig struct {
 	FailoverWait time.Duration
 	// Window is the number of data frames a worker may send ahead.
 	Window int
+	// Family picks the subjects requests go out on. The default,
+	// FamilyInfer, is the edge's; the embedder and the retriever use
+	// FamilyEmbed, the only one their bus credentials may publish on.
+	Family Family
 	Logger *slog.Logger
 }
 
@@ -73,6 +77,9 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
+	}
+	if !cfg.Family.valid() {
+		return nil, fmt.Errorf("bridge: unknown subject family %v", cfg.Family)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -161,19 +168,19 @@ type Result struct {
 	Retried     bool
 }
 
-// Do sends req and passes every data frame to sink, in order, as it arrives.
+// Do sends req, on the subjects of the client's Family, and passes every data frame to sink, in order, as it arrives.
 // A sink error (the client went away) cancels the request at the worker. An
 // error before any data frame that the worker marks retryable is retried
 // once on another replica. Errors are *Error (wrapping ErrNoWorker where no
 // worker took the request) or the context's cause.
 func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) error) (Result, error) {
-	subject := events.Infer(req.Model)
+	subject := c.cfg.Family.Subject(req.Model)
 	res, err := c.attempt(ctx, subject, req, 1, sink)
 	var be *Error
 	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
 		failed := res.WorkerID
 		if other := c.findOther(ctx, req.Model, failed); other != "" {
-			subject = events.InferDirect(req.Model, other)
+			subject = c.cfg.Family.Direct(req.Model, other)
 		}
 		res, err = c.attempt(ctx, subject, req, MaxAttempts, sink)
 		res.Retried = true
@@ -188,7 +195,7 @@ func (c *Client) findOther(ctx context.Context, model, exclude string) string {
 		return ""
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.nc.PublishRequest(events.InferPing(model), inbox, nil); err != nil {
+	if err := c.nc.PublishRequest(c.cfg.Family.Ping(model), inbox, nil); err != nil {
 		return ""
 	}
 	deadline := time.Now().Add(c.cfg.FailoverWait)

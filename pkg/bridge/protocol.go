@@ -19,6 +19,14 @@
 //     memory stays bounded on both sides and nothing is dropped.
 //   - An error before any data frame marked retryable is retried once on
 //     another replica, found by a ping to every replica of the model.
+//
+// Requests come in two subject families (Family): FamilyInfer
+// (events.Infer), which only the edge may publish on, and FamilyEmbed
+// (events.Embed), for the internal embedding calls of the embedder and the
+// retriever. A worker serves both for its model, with the same queue group
+// and control subject, and refuses anything but the embeddings endpoint on
+// FamilyEmbed (CodeEndpointNotAllowed), so a credential that may embed
+// cannot have chat or completions generated and billed.
 package bridge
 
 import (
@@ -28,6 +36,8 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/aiforge/aiforge/pkg/events"
 )
 
 // Header names of the bridge protocol.
@@ -69,6 +79,68 @@ const (
 	ControlCancel = "cancel"
 	ControlCredit = "credit"
 )
+
+// Family is a family of request subjects: the request, direct and ping
+// subjects of a model.
+type Family int
+
+const (
+	// FamilyInfer is events.Infer, InferDirect and InferPing: tenants'
+	// inference, published by the edge. The zero value.
+	FamilyInfer Family = iota
+	// FamilyEmbed is events.Embed, EmbedDirect and EmbedPing: internal
+	// embedding calls, served for the embeddings endpoint only.
+	FamilyEmbed
+)
+
+// Families lists every family, in a stable order.
+var Families = []Family{FamilyInfer, FamilyEmbed}
+
+func (f Family) String() string {
+	switch f {
+	case FamilyInfer:
+		return "infer"
+	case FamilyEmbed:
+		return "embed"
+	}
+	return "Family(" + strconv.Itoa(int(f)) + ")"
+}
+
+func (f Family) valid() bool { return f == FamilyInfer || f == FamilyEmbed }
+
+// Subject is where requests for model are published in this family.
+func (f Family) Subject(model string) string {
+	if f == FamilyEmbed {
+		return events.Embed(model)
+	}
+	return events.Infer(model)
+}
+
+// Direct addresses one replica of model in this family.
+func (f Family) Direct(model, worker string) string {
+	if f == FamilyEmbed {
+		return events.EmbedDirect(model, worker)
+	}
+	return events.InferDirect(model, worker)
+}
+
+// Ping is answered by every replica of model in this family.
+func (f Family) Ping(model string) string {
+	if f == FamilyEmbed {
+		return events.EmbedPing(model)
+	}
+	return events.InferPing(model)
+}
+
+// allows reports whether a worker serves endpoint on this family.
+func (f Family) allows(endpoint string) bool {
+	return f != FamilyEmbed || endpoint == events.EndpointEmbeddings
+}
+
+// CodeEndpointNotAllowed is the error code (status 403) of a request for an
+// endpoint its subject family does not serve: chat or completions sent on
+// the embedding family.
+const CodeEndpointNotAllowed = "endpoint_not_allowed"
 
 // MaxAttempts is how often the edge sends one request: once, and once more
 // on another replica after a retryable failure before any data.

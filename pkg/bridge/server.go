@@ -170,22 +170,34 @@ func (s *Server) Resume() error {
 	if len(s.subs) > 0 {
 		return nil
 	}
-	q, err := s.nc.QueueSubscribe(events.Infer(s.cfg.Model), events.InferQueue(s.cfg.Model), s.onRequest)
-	if err != nil {
-		return fmt.Errorf("bridge: subscribe: %w", err)
+	var subs []*nats.Subscription
+	fail := func(what string, f Family, err error) error {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+		return fmt.Errorf("bridge: subscribe %s (%v): %w", what, f, err)
 	}
-	d, err := s.nc.Subscribe(events.InferDirect(s.cfg.Model, s.cfg.WorkerID), s.onRequest)
-	if err != nil {
-		_ = q.Unsubscribe()
-		return fmt.Errorf("bridge: subscribe direct: %w", err)
+	// Every family's requests share the model's queue group: one replica
+	// takes each, whichever family it came on.
+	for _, f := range Families {
+		on := s.requestHandler(f)
+		q, err := s.nc.QueueSubscribe(f.Subject(s.cfg.Model), events.InferQueue(s.cfg.Model), on)
+		if err != nil {
+			return fail("requests", f, err)
+		}
+		subs = append(subs, q)
+		d, err := s.nc.Subscribe(f.Direct(s.cfg.Model, s.cfg.WorkerID), on)
+		if err != nil {
+			return fail("direct", f, err)
+		}
+		subs = append(subs, d)
+		p, err := s.nc.Subscribe(f.Ping(s.cfg.Model), s.onPing)
+		if err != nil {
+			return fail("ping", f, err)
+		}
+		subs = append(subs, p)
 	}
-	p, err := s.nc.Subscribe(events.InferPing(s.cfg.Model), s.onPing)
-	if err != nil {
-		_ = q.Unsubscribe()
-		_ = d.Unsubscribe()
-		return fmt.Errorf("bridge: subscribe ping: %w", err)
-	}
-	s.subs = []*nats.Subscription{q, d, p}
+	s.subs = subs
 	s.paused = false
 	return nil
 }
@@ -241,7 +253,12 @@ func (s *Server) onPing(m *nats.Msg) {
 	_ = s.nc.PublishMsg(r)
 }
 
-func (s *Server) onRequest(m *nats.Msg) {
+// requestHandler handles the requests of one family.
+func (s *Server) requestHandler(f Family) nats.MsgHandler {
+	return func(m *nats.Msg) { s.onRequest(f, m) }
+}
+
+func (s *Server) onRequest(f Family, m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
@@ -274,6 +291,16 @@ func (s *Server) onRequest(m *nats.Msg) {
 	w.touch()
 	if req.ID == "" {
 		_ = w.Fail(&Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "request without id"})
+		cancel()
+		return
+	}
+	if !f.allows(req.Endpoint) {
+		// Whoever may publish on this family may not generate anything
+		// else: refused before the handler runs, so nothing is billed.
+		s.log.Warn("bridge: endpoint refused on this subject family", "request_id", req.ID,
+			"family", f.String(), "endpoint", req.Endpoint)
+		_ = w.Fail(&Error{Status: http.StatusForbidden, Code: CodeEndpointNotAllowed,
+			Message: fmt.Sprintf("the %s subjects serve the %s endpoint only, not %q", f, events.EndpointEmbeddings, req.Endpoint)})
 		cancel()
 		return
 	}

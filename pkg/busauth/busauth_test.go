@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natsutil"
@@ -182,21 +184,43 @@ type permCase struct {
 // permCases are (service x subject x pub/sub): what each needs, and the
 // neighbours it must not reach.
 var permCases = []permCase{
-	// Inference requests: the edge (and the embedding clients) only.
+	// Inference requests: the edge only.
 	{busauth.Edge, "pub", "aiforge.infer.v1.chat", true},
 	{busauth.Edge, "pub", "aiforge.infer.ctl.v1.w-1", true},
-	{busauth.Embedder, "pub", "aiforge.infer.v1.embed", true},
-	{busauth.Retriever, "pub", "aiforge.infer.v1.embed", true},
+	{busauth.Embedder, "pub", "aiforge.infer.v1.embed", false},
+	{busauth.Embedder, "pub", "aiforge.infer.v1.chat", false},
+	{busauth.Embedder, "pub", "aiforge.infer.v1.chat.w.w-2", false},
+	{busauth.Embedder, "pub", "aiforge.infer.v1.chat.ping", false},
+	{busauth.Retriever, "pub", "aiforge.infer.v1.embed", false},
+	{busauth.Retriever, "pub", "aiforge.infer.v1.chat", false},
+	{busauth.Retriever, "pub", "aiforge.infer.v1.chat.w.w-2", false},
 	{busauth.Worker, "pub", "aiforge.infer.v1.chat", false},
 	{busauth.Worker, "pub", "aiforge.infer.v1.chat.w.w-2", false},
 	{busauth.Usage, "pub", "aiforge.infer.v1.chat", false},
 	{busauth.Ingest, "pub", "aiforge.infer.v1.chat", false},
 	{busauth.Guardian, "pub", "aiforge.infer.v1.chat", false},
+	// Internal embedding calls: the embedder and the retriever, on their
+	// own family, with the control subject for credits and cancels.
+	{busauth.Embedder, "pub", "aiforge.embed.v1.embed", true},
+	{busauth.Embedder, "pub", "aiforge.embed.v1.embed.w.w-2", true},
+	{busauth.Embedder, "pub", "aiforge.embed.v1.embed.ping", true},
+	{busauth.Embedder, "pub", "aiforge.infer.ctl.v1.w-1", true},
+	{busauth.Retriever, "pub", "aiforge.embed.v1.embed", true},
+	{busauth.Retriever, "pub", "aiforge.infer.ctl.v1.w-1", true},
+	{busauth.Edge, "pub", "aiforge.embed.v1.embed", false},
+	{busauth.Worker, "pub", "aiforge.embed.v1.embed", false},
+	{busauth.Usage, "pub", "aiforge.embed.v1.embed", false},
+	{busauth.Ingest, "pub", "aiforge.embed.v1.embed", false},
+	{busauth.Guardian, "pub", "aiforge.embed.v1.embed", false},
 	// Workers serve them; nobody else listens.
 	{busauth.Worker, "sub", "aiforge.infer.v1.chat", true},
 	{busauth.Worker, "sub", "aiforge.infer.ctl.v1.w-1", true},
+	{busauth.Worker, "sub", "aiforge.embed.v1.embed", true},
+	{busauth.Worker, "sub", "aiforge.embed.v1.embed.ping", true},
 	{busauth.Edge, "sub", "aiforge.infer.v1.chat", false},
 	{busauth.Usage, "sub", "aiforge.infer.v1.>", false},
+	{busauth.Embedder, "sub", "aiforge.embed.v1.>", false},
+	{busauth.Retriever, "sub", "aiforge.infer.v1.>", false},
 	// Inboxes: each identity its own.
 	{busauth.Edge, "sub", "_INBOX_edge.abc.*", true},
 	{busauth.Worker, "sub", "_INBOX_edge.>", false},
@@ -281,8 +305,9 @@ func testNoCredentials(t *testing.T, b bus) {
 	}
 }
 
-// A stolen worker (or usage) credential cannot forge an inference request:
-// the publish is refused and no worker receives it. It cannot write a key.
+// A stolen worker, usage, embedder or retriever credential cannot forge an
+// inference request: the publish is refused and no worker receives it. A
+// worker credential cannot write a key.
 func testStolenCredential(t *testing.T, b bus) {
 	worker := b.mustConnect(t, busauth.Worker)
 	sub, err := worker.SubscribeSync(events.Infer("chat"))
@@ -292,7 +317,7 @@ func testStolenCredential(t *testing.T, b bus) {
 	if err := worker.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for _, thief := range []string{busauth.Worker, busauth.Usage} {
+	for _, thief := range []string{busauth.Worker, busauth.Usage, busauth.Embedder, busauth.Retriever} {
 		nc := b.mustConnect(t, thief)
 		m := nats.NewMsg(events.Infer("chat"))
 		m.Header.Set("Aiforge-Tenant", "acme")
@@ -366,11 +391,65 @@ func testStolenCredential(t *testing.T, b bus) {
 	}
 }
 
+// The embedder and retriever credentials embed through a worker on the
+// embedding family; a chat or completion request they send there is
+// refused by the worker (403 endpoint_not_allowed) before it runs.
+func testEmbedFamily(t *testing.T, b bus) {
+	const model = "embed"
+	served := make(chan string, 16)
+	wnc := b.mustConnect(t, busauth.Worker)
+	srv, err := bridge.NewServer(wnc, bridge.ServerConfig{Model: model, WorkerID: "w-1"},
+		func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
+			served <- req.Endpoint
+			_ = w.Body(ctx, http.StatusOK, "application/json", []byte(`{"data":[]}`))
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, id := range []string{busauth.Embedder, busauth.Retriever} {
+		c, err := bridge.NewClient(b.mustConnect(t, id), bridge.ClientConfig{Family: bridge.FamilyEmbed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := func(endpoint string) *bridge.OutRequest {
+			return &bridge.OutRequest{Model: model, ID: id + "-" + endpoint, Tenant: "acme", KeyID: "key_none",
+				Endpoint: endpoint, Body: []byte(`{}`)}
+		}
+		res, err := c.Do(ctx, req(events.EndpointEmbeddings), func([]byte) error { return nil })
+		if err != nil || res.Status != http.StatusOK || res.WorkerID != "w-1" {
+			t.Fatalf("%s embeddings on %s: %+v, %v", id, events.Embed(model), res, err)
+		}
+		if got := <-served; got != events.EndpointEmbeddings {
+			t.Fatalf("the worker served %q", got)
+		}
+		for _, ep := range []string{events.EndpointChatCompletions, events.EndpointCompletions} {
+			_, err := c.Do(ctx, req(ep), func([]byte) error { return nil })
+			var be *bridge.Error
+			if !errors.As(err, &be) || be.Status != http.StatusForbidden || be.Code != bridge.CodeEndpointNotAllowed {
+				t.Fatalf("%s %s on %s: %v, want 403 %s", id, ep, events.Embed(model), err, bridge.CodeEndpointNotAllowed)
+			}
+		}
+		_ = c.Close()
+	}
+	select {
+	case ep := <-served:
+		t.Fatalf("the worker served a %q request sent on the embedding family", ep)
+	default:
+	}
+}
+
 func TestEmbeddedServer(t *testing.T) {
 	b := embeddedBus(t)
 	t.Run("no credentials", func(t *testing.T) { testNoCredentials(t, b) })
 	t.Run("permission table", func(t *testing.T) { testPermissionTable(t, b) })
 	t.Run("stolen credential", func(t *testing.T) { testStolenCredential(t, b) })
+	t.Run("embed family", func(t *testing.T) { testEmbedFamily(t, b) })
 }
 
 func TestExternalServer(t *testing.T) {
@@ -378,6 +457,7 @@ func TestExternalServer(t *testing.T) {
 	t.Run("no credentials", func(t *testing.T) { testNoCredentials(t, b) })
 	t.Run("permission table", func(t *testing.T) { testPermissionTable(t, b) })
 	t.Run("stolen credential", func(t *testing.T) { testStolenCredential(t, b) })
+	t.Run("embed family", func(t *testing.T) { testEmbedFamily(t, b) })
 }
 
 // The embedded server refuses to listen without users.

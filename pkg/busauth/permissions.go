@@ -5,9 +5,11 @@
 // The table is derived from what each service does (events.Publish, its
 // durable consumers, the KV buckets and object stores it opens, the core
 // request/reply subjects it serves or calls). NATS enforces it, so a
-// property such as "an inference request comes from an inference client"
-// holds on the bus itself: a worker or usage identity cannot publish on
+// property such as "an inference request comes from the edge" holds on the
+// bus itself: no identity but the edge (and admin) can publish on
 // aiforge.infer.v1.>, and a stolen worker credential cannot write a key.
+// The embedder and the retriever call embedding models on their own
+// subject family, aiforge.embed.v1.>, where workers serve embeddings only.
 //
 // Streams and buckets are created by the admin identity (provisioning:
 // `aiforge run nats` and the all-in-one process do it at start, `aiforge
@@ -159,6 +161,9 @@ func ev(typ string) string { return typ + ".*" }
 // inferAll is every inference subject: requests, direct, ping.
 const inferAll = "aiforge.infer.v1.>"
 
+// embedAll is every internal embedding subject: requests, direct, ping.
+const embedAll = "aiforge.embed.v1.>"
+
 // inferCtlAll is every worker's control subject.
 const inferCtlAll = "aiforge.infer.ctl.v1.*"
 
@@ -170,10 +175,10 @@ func table() map[string]Permissions {
 	registryBuckets := []string{events.BucketTenants, events.BucketKeys, events.BucketModels, events.BucketPrices}
 	catalogBuckets := []string{events.BucketCatalog, events.BucketDeployments, events.BucketPulls}
 
-	// The edge is the API: the only client that publishes inference for
-	// tenants (with the embedder and retriever, which call embedding
-	// models for documents), the writer of the registry and catalog, the
-	// caller of the usage and retriever queries.
+	// The edge is the API: the only client that publishes inference
+	// (the embedder and retriever embed on their own family, where
+	// workers answer embeddings only), the writer of the registry and
+	// catalog, the caller of the usage and retriever queries.
 	edge := (&grant{}).inbox(Edge).streamInfo().
 		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery).
 		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageCorrectedV1)).
@@ -191,12 +196,13 @@ func table() map[string]Permissions {
 		p(api + "STREAM.PURGE.KV_" + events.BucketModels)
 	put(Edge, edge, nil)
 
-	// Workers answer inference (every frame goes to the request's reply
-	// subject, hence Responses without a message limit), take credits and
+	// Workers answer inference and internal embedding calls (every frame
+	// goes to the request's reply subject, hence Responses without a
+	// message limit), take credits and
 	// cancels on their control subject, publish usage, and read the model
 	// bindings and the catalog. They write no bucket.
 	worker := (&grant{}).inbox(Worker).streamInfo().
-		s(inferAll, inferCtlAll).
+		s(inferAll, embedAll, inferCtlAll).
 		p(ev(events.TypeUsageRecordedV2)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments)
 	put(Worker, worker, &Responses{MaxMsgs: -1, Expires: time.Hour})
@@ -217,19 +223,20 @@ func table() map[string]Permissions {
 		durable(events.StreamDocs, "ingest")
 	put(Ingest, ingest, nil)
 
-	// The embedder calls embedding models (inference requests) for
-	// document chunks.
+	// The embedder calls embedding models for document chunks, on the
+	// embedding family only: never aiforge.infer.v1.>.
 	embedder := (&grant{}).inbox(Embedder).streamInfo().
-		p(inferAll, inferCtlAll).
+		p(embedAll, inferCtlAll).
 		p(ev(events.TypeDocEmbeddedV1), ev(events.TypeDocFailedV1)).
 		durable(events.StreamDocs, "embedder")
 	put(Embedder, embedder, nil)
 
 	// The retriever indexes embedded chunks, answers searches (embedding
-	// the query through a worker) and records each file's status.
+	// the query through a worker, on the embedding family) and records
+	// each file's status.
 	retriever := (&grant{}).inbox(Retriever).streamInfo().
 		s(events.RetrieverQuery).
-		p(inferAll, inferCtlAll).
+		p(embedAll, inferCtlAll).
 		p(ev(events.TypeDocIndexedV1), ev(events.TypeDocFailedV1)).
 		durable(events.StreamDocs, "retriever").
 		kvWrite(events.BucketVectorStoreFiles)

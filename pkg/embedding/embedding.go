@@ -1,7 +1,10 @@
 // Package embedding asks a served embedding model for vectors over the bus,
 // the way a client of /v1/embeddings would, so that internal embedding work
 // (document chunks, search queries) is routed, retried and metered like any
-// other request.
+// other request. It goes out on the embedding subject family
+// (events.Embed, bridge.FamilyEmbed), not on the edge's inference subjects:
+// the services that embed may publish there only, and workers serve nothing
+// but embeddings on it.
 package embedding
 
 import (
@@ -14,6 +17,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/events"
 )
@@ -21,6 +26,13 @@ import (
 // ErrRejected wraps answers that retrying cannot fix (the model refused the
 // input, or answered something that is not an embeddings list).
 var ErrRejected = errors.New("embedding: rejected")
+
+// NewClient returns the bridge client Embed needs: cfg on the embedding
+// subject family (bridge.FamilyEmbed, whatever cfg.Family says).
+func NewClient(nc *nats.Conn, cfg bridge.ClientConfig) (*bridge.Client, error) {
+	cfg.Family = bridge.FamilyEmbed
+	return bridge.NewClient(nc, cfg)
+}
 
 // Request names who spends the tokens.
 type Request struct {
@@ -30,8 +42,9 @@ type Request struct {
 	Inputs []string
 }
 
-// Embed returns one vector per input, in order. Errors wrapping ErrRejected
-// are permanent; others (no worker, engine down) are worth retrying.
+// Embed returns one vector per input, in order, asked through c (from
+// NewClient). Errors wrapping ErrRejected are permanent; others (no worker,
+// engine down) are worth retrying.
 func Embed(ctx context.Context, c *bridge.Client, req Request) ([][]float32, error) {
 	body, _ := json.Marshal(map[string]any{"model": req.Model, "input": req.Inputs, "encoding_format": "base64"})
 	var out bytes.Buffer

@@ -153,6 +153,24 @@ func InferDirect(model, worker string) string { return Infer(model) + ".w." + wo
 // group) with its id; the edge uses it to find another replica.
 func InferPing(model string) string { return Infer(model) + ".ping" }
 
+// Internal embedding calls (the embedder's document chunks, the retriever's
+// search queries) have their own family, served by the same workers with
+// the same queue group (InferQueue) and the same control subject
+// (InferControl), so that the bus can let those services embed without
+// letting them publish inference: only the edge may publish on Infer, and
+// a worker answers nothing but embeddings on Embed.
+
+// Embed is where internal embedding requests for a model are published.
+func Embed(model string) string { return "aiforge.embed.v1." + Token(model) }
+
+// EmbedDirect addresses one worker replica of a model on the embedding
+// family (failover).
+func EmbedDirect(model, worker string) string { return Embed(model) + ".w." + worker }
+
+// EmbedPing is answered by every worker replica of a model with its id, on
+// the embedding family.
+func EmbedPing(model string) string { return Embed(model) + ".ping" }
+
 // InferControl carries cancel and flow-control credits from an edge to the
 // worker serving a request.
 func InferControl(worker string) string { return "aiforge.infer.ctl.v1." + worker }

@@ -112,7 +112,8 @@ func TestUsageSubjects(t *testing.T) {
 // TestCoreSubjectsOutsideStreams: request/reply and inference subjects must
 // lie outside every stream, or JetStream would store (and answer) them.
 func TestCoreSubjectsOutsideStreams(t *testing.T) {
-	for _, subj := range []string{UsageQuery, RetrieverQuery, Infer("m.x"), InferDirect("m", "w1"), InferPing("m"), InferControl("w1")} {
+	for _, subj := range []string{UsageQuery, RetrieverQuery, Infer("m.x"), InferDirect("m", "w1"), InferPing("m"), InferControl("w1"),
+		Embed("m.x"), EmbedDirect("m", "w1"), EmbedPing("m")} {
 		if got := streamsOf(subj); len(got) != 0 {
 			t.Errorf("%s is captured by streams %v", subj, got)
 		}
@@ -122,6 +123,15 @@ func TestCoreSubjectsOutsideStreams(t *testing.T) {
 	}
 	if got := InferPing("a.b"); got != "aiforge.infer.v1.a%2Eb.ping" {
 		t.Errorf("InferPing = %q", got)
+	}
+	if got := EmbedDirect("a.b", "w1"); got != "aiforge.embed.v1.a%2Eb.w.w1" {
+		t.Errorf("EmbedDirect = %q", got)
+	}
+	if got := EmbedPing("a.b"); got != "aiforge.embed.v1.a%2Eb.ping" {
+		t.Errorf("EmbedPing = %q", got)
+	}
+	if matches("aiforge.infer.v1.>", Embed("m")) || matches("aiforge.embed.v1.>", Infer("m")) {
+		t.Errorf("the inference and embedding families overlap")
 	}
 	if got := InferControl("w1"); got != "aiforge.infer.ctl.v1.w1" {
 		t.Errorf("InferControl = %q", got)

@@ -88,7 +88,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 
 // Run consumes chunked files until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	client, err := bridge.NewClient(s.deps.NC, bridge.ClientConfig{Logger: s.log})
+	client, err := embedding.NewClient(s.deps.NC, bridge.ClientConfig{Logger: s.log})
 	if err != nil {
 		return err
 	}
