@@ -171,6 +171,15 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if !c.Key.Allows(model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
 	}
+	var tenant registry.Limits
+	if t, ok := s.d.Directory.Tenant(c.Key.Tenant); ok {
+		tenant = t.Limits
+	}
+	release, cerr := s.conc.acquire(c.Key, tenant)
+	if cerr != nil {
+		return &refusal{Error: cerr, model: model}
+	}
+	defer release()
 	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request)
 	if ref != nil {
 		return ref
