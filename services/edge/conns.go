@@ -99,6 +99,12 @@ func rawResponse(e *contracts.Error, extraHeaders string) []byte {
 // close, and turns the plain-text answers net/http writes to the connection
 // itself (a request it could not parse: 400, headers over MaxHeaderBytes:
 // 431, an unsupported transfer coding: 501) into OpenAI-shaped ones.
+//
+// What net/http does not let us shape: a connection it drops without an
+// answer (headers not sent within HeaderTimeout, a read error), and
+// answers over TLS or HTTP/2, which the edge does not serve itself (TLS
+// ends in front of it). A "417 Expectation Failed" to an unknown Expect
+// header goes through the normal response path with an empty body.
 type edgeConn struct {
 	net.Conn
 	once    sync.Once
@@ -130,11 +136,16 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 // they never match.
 func parsePlainError(p []byte) (*contracts.Error, bool) {
 	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
-	if !ok || len(rest) < 3 {
+	if !ok || len(rest) < 3 || rest[0] < '4' || rest[0] > '5' {
 		return nil, false
 	}
-	status, text, ok := bytes.Cut(rest, []byte(plainErrorHeaders))
-	if !ok || bytes.ContainsAny(status, "\r\n") || bytes.ContainsAny(text, "\r\n") {
+	// The status line is followed at once by exactly these headers.
+	eol := bytes.IndexByte(rest, '\r')
+	if eol < 0 || !bytes.HasPrefix(rest[eol:], []byte(plainErrorHeaders)) {
+		return nil, false
+	}
+	status, text := rest[:eol], rest[eol+len(plainErrorHeaders):]
+	if bytes.ContainsAny(text, "\r\n") {
 		return nil, false
 	}
 	code, err := strconv.Atoi(string(status[:3]))
