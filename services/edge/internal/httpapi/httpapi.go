@@ -191,7 +191,11 @@ func TooLarge(w http.ResponseWriter, r *http.Request, limit int64) *contracts.Er
 	e := contracts.ErrBodyTooLarge(limit)
 	contracts.Write(w, e)
 	_ = rc.Flush()
-	_, _ = io.CopyN(io.Discard, r.Body, DrainLimit)
+	if r.ContentLength < 0 || r.ContentLength-limit <= DrainLimit {
+		// A body declared larger than that is not read: it would be cut
+		// off anyway.
+		_, _ = io.CopyN(io.Discard, r.Body, DrainLimit)
+	}
 	return e
 }
 
