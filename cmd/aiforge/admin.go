@@ -120,6 +120,7 @@ type limitFlags struct {
 	rpm, tpm        int64
 	maxBudget, soft float64
 	period          string
+	maxConcurrent   int64
 	withRates       bool
 }
 
@@ -132,6 +133,7 @@ func (l *limitFlags) add(c *cobra.Command, withRates bool) {
 	c.Flags().Float64Var(&l.maxBudget, "max-budget-usd", 0, "hard budget in USD per period (0 = none)")
 	c.Flags().Float64Var(&l.soft, "soft-budget-usd", 0, "soft budget in USD: an alert event once per period")
 	c.Flags().StringVar(&l.period, "budget-period", "", "daily, weekly, monthly or total (default total)")
+	c.Flags().Int64Var(&l.maxConcurrent, "max-concurrent-requests", 0, "requests in flight at once, per edge replica (0 = unlimited); more get 429")
 }
 
 // changed returns the flags the user set, as API fields.
@@ -149,6 +151,7 @@ func (l *limitFlags) changed(c *cobra.Command) map[string]any {
 	set("max-budget-usd", "max_budget_usd", l.maxBudget)
 	set("soft-budget-usd", "soft_budget_usd", l.soft)
 	set("budget-period", "budget_period", l.period)
+	set("max-concurrent-requests", "max_concurrent_requests", l.maxConcurrent)
 	return out
 }
 
@@ -313,6 +316,7 @@ func modelsCmd() *cobra.Command {
 	c := clientGroup(&cobra.Command{Use: "models", Short: "Manage served models, the catalog and deployments (admin)"}, adminKeyHelp)
 	var baseURL, upstream, keyEnv string
 	var maxConc int
+	var ttftTimeout, requestTimeout time.Duration
 	var pf priceFlags
 	register := &cobra.Command{
 		Use:   "register NAME",
@@ -337,6 +341,12 @@ func modelsCmd() *cobra.Command {
 			if maxConc > 0 {
 				engine["max_concurrency"] = maxConc
 			}
+			if ttftTimeout > 0 {
+				engine["ttft_timeout"] = ttftTimeout.String()
+			}
+			if requestTimeout > 0 {
+				engine["request_timeout"] = requestTimeout.String()
+			}
 			in := map[string]any{"name": args[0], "engine": engine}
 			if p := pf.changed(cmd); len(p) > 0 {
 				in["price"] = p
@@ -353,6 +363,8 @@ func modelsCmd() *cobra.Command {
 	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
 	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default 64)")
+	register.Flags().DurationVar(&ttftTimeout, "ttft-timeout", 0, "longest wait for a stream's first token, then 504 engine_timeout (default none)")
+	register.Flags().DurationVar(&requestTimeout, "request-timeout", 0, "longest time for one request, then 504 engine_timeout (default 10m)")
 	pf.add(register, "price-")
 	_ = register.MarkFlagRequired("base-url")
 	_ = register.MarkFlagRequired("upstream")

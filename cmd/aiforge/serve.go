@@ -30,6 +30,8 @@ type serveFlags struct {
 	credsDir   string
 	logLevel   string
 	grace      time.Duration
+	idle       time.Duration
+	maxConns   int
 	retention  time.Duration
 	replicas   int
 	hubURL     string
@@ -41,6 +43,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.listen, "listen", env("AIFORGE_LISTEN", "127.0.0.1:8080"), "HTTP address of the API (edge)")
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
+	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
+	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
@@ -93,6 +97,8 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		}
 	}
 	o.Edge.ShutdownGrace = f.grace
+	o.Edge.IdleTimeout = f.idle
+	o.Edge.MaxConnections = f.maxConns
 	o.Edge.Streams.UsageMaxAge = f.retention
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace

@@ -24,7 +24,9 @@ type ServerConfig struct {
 	// WorkerID identifies this replica; unique per process.
 	WorkerID string
 	// MaxConcurrency bounds requests handled at once; further requests wait
-	// for a slot (the queue depth). Default 64.
+	// for a slot (the queue depth). Default 64. A freed slot goes to the
+	// waiting tenant (Request.Tenant) that holds the fewest slots, so one
+	// tenant's many slow requests do not starve another's.
 	MaxConcurrency int
 	// MaxQueue bounds requests waiting for a slot; beyond it a request is
 	// refused as overloaded so the edge can try another replica. Default 1024.
@@ -96,8 +98,7 @@ type Server struct {
 	active   map[string]*ResponseWriter
 	stopping bool
 
-	slots   chan struct{}
-	waiting atomic.Int64
+	slots   *fairSlots
 	running atomic.Int64
 	wg      sync.WaitGroup
 
@@ -135,14 +136,14 @@ func NewServer(nc *nats.Conn, cfg ServerConfig, h Handler) (*Server, error) {
 		nc: nc, cfg: cfg, handler: h, log: cfg.Logger,
 		control: events.InferControl(cfg.WorkerID),
 		active:  make(map[string]*ResponseWriter),
-		slots:   make(chan struct{}, cfg.MaxConcurrency),
+		slots:   newFairSlots(cfg.MaxConcurrency),
 		baseCtx: ctx, cancelAll: cancel,
 		stopHB: make(chan struct{}),
 	}, nil
 }
 
 // Waiting is the number of requests waiting for a slot (the queue depth).
-func (s *Server) Waiting() int64 { return s.waiting.Load() }
+func (s *Server) Waiting() int64 { return int64(s.slots.waiting()) }
 
 // Running is the number of requests being handled.
 func (s *Server) Running() int64 { return s.running.Load() }
@@ -332,24 +333,20 @@ func (s *Server) serve(ctx context.Context, req *Request, w *ResponseWriter) {
 		s.mu.Unlock()
 		w.cancel()
 	}()
-	if s.waiting.Add(1) > int64(s.cfg.MaxQueue) && len(s.slots) == cap(s.slots) {
-		s.waiting.Add(-1)
+	waiter, ok, full := s.slots.tryAcquire(req.Tenant, s.cfg.MaxQueue)
+	if full {
 		_ = w.Fail(&Error{Status: http.StatusTooManyRequests, Code: "overloaded", Retryable: true,
 			Message: fmt.Sprintf("worker %s of %s is at capacity", s.cfg.WorkerID, s.cfg.Model)})
 		return
 	}
-	select {
-	case s.slots <- struct{}{}:
-		s.waiting.Add(-1)
-	case <-ctx.Done():
-		s.waiting.Add(-1)
+	if !ok && !s.slots.wait(ctx, waiter) {
 		_ = w.Fail(&Error{Status: http.StatusServiceUnavailable, Code: "canceled", Message: "request canceled while queued"})
 		return
 	}
 	s.running.Add(1)
 	defer func() {
 		s.running.Add(-1)
-		<-s.slots
+		s.slots.release(req.Tenant)
 	}()
 	func() {
 		defer func() {

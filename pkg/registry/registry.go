@@ -48,6 +48,11 @@ type Limits struct {
 	MaxBudgetUSD  float64 `json:"max_budget_usd,omitempty"`
 	BudgetPeriod  string  `json:"budget_period,omitempty"`
 	SoftBudgetUSD float64 `json:"soft_budget_usd,omitempty"`
+	// MaxConcurrentRequests bounds the requests of a key (or of all keys of
+	// a tenant) in flight at once; further ones get 429. It is enforced by
+	// each edge replica on its own: with N replicas a key may have up to N
+	// times as many.
+	MaxConcurrentRequests int64 `json:"max_concurrent_requests,omitempty"`
 }
 
 // Validate checks limits.
@@ -55,6 +60,9 @@ func (l Limits) Validate() error {
 	var errs []error
 	if l.RPM < 0 || l.TPM < 0 || l.MaxBudgetUSD < 0 || l.SoftBudgetUSD < 0 {
 		errs = append(errs, errors.New("rpm, tpm, max_budget_usd and soft_budget_usd must not be negative"))
+	}
+	if l.MaxConcurrentRequests < 0 {
+		errs = append(errs, errors.New("max_concurrent_requests must not be negative"))
 	}
 	switch l.BudgetPeriod {
 	case "", "daily", "weekly", "monthly", "total":
@@ -120,6 +128,11 @@ type Engine struct {
 	// MaxInputTokens is an embedding model's input window; chunking of
 	// vector stores that use the model is clamped to it.
 	MaxInputTokens int `json:"max_input_tokens,omitempty"`
+	// TTFTTimeout bounds the wait for a stream's first token, and
+	// RequestTimeout a whole request; past them the request ends with 504
+	// engine_timeout. Zero: the worker's defaults (no TTFT bound; 10m).
+	TTFTTimeout    Duration `json:"ttft_timeout,omitempty"`
+	RequestTimeout Duration `json:"request_timeout,omitempty"`
 }
 
 // Model binds a served model name to an engine.
@@ -206,6 +219,9 @@ func ValidateModel(m Model) error {
 	}
 	if m.Engine.MaxConcurrency < 0 || m.Engine.MaxInputTokens < 0 {
 		errs = append(errs, errors.New("engine.max_concurrency and engine.max_input_tokens must not be negative"))
+	}
+	if m.Engine.TTFTTimeout < 0 || m.Engine.RequestTimeout < 0 {
+		errs = append(errs, errors.New("engine.ttft_timeout and engine.request_timeout must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -82,6 +82,24 @@ type Config struct {
 	// request's usage never settles (an edge or worker killed mid-request);
 	// it must exceed the longest request. Default 15m (spend.DefaultHoldTTL).
 	ReservationTTL time.Duration
+	// IdleTimeout closes a keep-alive connection that sent no new request
+	// for this long. Default 90s.
+	IdleTimeout time.Duration
+	// HeaderTimeout bounds the time a client takes to send a request's
+	// headers (and a new connection its first request). Default 10s.
+	HeaderTimeout time.Duration
+	// BodyGrace and MinBodyRate bound the time a request body may take: a
+	// body must have arrived BodyGrace after the headers plus the time its
+	// bytes take at MinBodyRate bytes per second; a slower one gets 408 and
+	// the connection is closed. Defaults 30s and 64 KiB/s (a 20 MiB body
+	// then has 30s + 320s). The deadline ends with the body, so streaming
+	// answers are not cut.
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	// MaxConnections caps the client connections open at once; a
+	// connection beyond it is answered 503 overloaded and closed. Default
+	// 10000.
+	MaxConnections int
 }
 
 // Validate reports every problem with c; it never mutates c.
@@ -90,7 +108,8 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 {
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
+		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -123,6 +142,8 @@ type Service struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *inference.Metrics
+	// connMetrics count client connections.
+	connMetrics *connMetrics
 
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -168,6 +189,21 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.UploadPartBytes == 0 {
 		cfg.UploadPartBytes = 64 << 20
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
+	if cfg.BodyGrace == 0 {
+		cfg.BodyGrace = 30 * time.Second
+	}
+	if cfg.MinBodyRate == 0 {
+		cfg.MinBodyRate = 64 << 10
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = 10000
+	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
 	}
@@ -181,11 +217,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: metrics: %w", err)
 	}
+	cm, err := newConnMetrics(deps.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("edge: metrics: %w", err)
+	}
 	s := &Service{
 		cfg: cfg, deps: deps,
-		log:     deps.Logger.With("service", "edge", "instance", cfg.InstanceID),
-		tracer:  deps.Tracer.Tracer("aiforge/edge"),
-		metrics: m,
+		log:         deps.Logger.With("service", "edge", "instance", cfg.InstanceID),
+		tracer:      deps.Tracer.Tracer("aiforge/edge"),
+		metrics:     m,
+		connMetrics: cm,
 	}
 	s.streamCtx, s.endStreams = context.WithCancelCause(context.Background())
 	boot := http.NewServeMux()
@@ -373,9 +414,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.addr.Store(ln.Addr().String())
+	ln = &limitListener{Listener: ln, max: int64(s.cfg.MaxConnections), metrics: s.connMetrics}
+	// No ReadTimeout: it would cut large uploads and long streams alike;
+	// bodyDeadline bounds bodies by their size instead.
 	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           bodyDeadline(s.handler, s.cfg.BodyGrace, s.cfg.MinBodyRate),
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

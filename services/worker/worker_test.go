@@ -837,3 +837,49 @@ func BenchmarkWorkerStream(b *testing.B) {
 		}
 	})
 }
+
+// A model's TTFT timeout ends a stream whose engine sends no first token
+// with 504 engine_timeout; a stream that starts in time is not cut by it.
+func TestTTFTTimeout(t *testing.T) {
+	h := newHarness(t)
+	sim, base := startSim(t, enginesim.Config{Models: []string{"up"}, TimeToFirstToken: time.Hour})
+	cfg := modelFor("served", "up", base)
+	cfg.Engine.TTFTTimeout = registry.Duration(100 * time.Millisecond)
+	h.startWorker(cfg)
+	req := newReq("served", events.EndpointChatCompletions, true, false, chatBody)
+	frames, _, err := h.do(testCtx(t), req)
+	var be *bridge.Error
+	if !errors.As(err, &be) || be.Status != http.StatusGatewayTimeout || be.Code != contracts.CodeEngineTimeout || len(frames) != 0 {
+		t.Fatalf("frames %d, err %v; want 504 engine_timeout", len(frames), err)
+	}
+	if e, ok := contracts.ParseError(be.Status, be.Body); !ok || !strings.Contains(e.Message, "first token") {
+		t.Fatalf("error body %s", be.Body)
+	}
+	eventually(t, 10*time.Second, "the engine to see the cancel", func() bool { return sim.Stats().Canceled == 1 })
+	ev, _ := h.usageEvent(req.Tenant)
+	if ev.Status != events.UsageStatusError || ev.ErrorCode != contracts.CodeEngineTimeout {
+		t.Fatalf("event %+v", ev)
+	}
+
+	// The first token in time: the stream is served whole.
+	sim.SetTiming(0, 0)
+	frames, _, err = h.do(testCtx(t), newReq("served", events.EndpointChatCompletions, true, false, chatBody))
+	if err != nil || len(frames) == 0 {
+		t.Fatalf("stream after SetTiming(0): %d frames, %v", len(frames), err)
+	}
+}
+
+// A model's own request timeout takes the place of the worker's.
+func TestModelRequestTimeout(t *testing.T) {
+	h := newHarness(t)
+	sim, base := startSim(t, enginesim.Config{Models: []string{"up"}})
+	cfg := modelFor("served", "up", base)
+	cfg.Engine.RequestTimeout = registry.Duration(100 * time.Millisecond)
+	h.startWorker(cfg)
+	sim.SetFailure(enginesim.Failure{Mode: enginesim.FailHang, Count: 1})
+	_, _, err := h.do(testCtx(t), newReq("served", events.EndpointChatCompletions, false, false, chatBody))
+	var be *bridge.Error
+	if !errors.As(err, &be) || be.Status != http.StatusGatewayTimeout || be.Code != contracts.CodeEngineTimeout {
+		t.Fatalf("err %v", err)
+	}
+}

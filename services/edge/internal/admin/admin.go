@@ -217,6 +217,8 @@ type limitsPatch struct {
 	MaxBudgetUSD  *float64 `json:"max_budget_usd"`
 	BudgetPeriod  *string  `json:"budget_period"`
 	SoftBudgetUSD *float64 `json:"soft_budget_usd"`
+	// MaxConcurrentRequests: 0 removes the bound.
+	MaxConcurrentRequests *int64 `json:"max_concurrent_requests"`
 }
 
 func (p limitsPatch) apply(l *registry.Limits) {
@@ -234,6 +236,9 @@ func (p limitsPatch) apply(l *registry.Limits) {
 	}
 	if p.SoftBudgetUSD != nil {
 		l.SoftBudgetUSD = *p.SoftBudgetUSD
+	}
+	if p.MaxConcurrentRequests != nil {
+		l.MaxConcurrentRequests = *p.MaxConcurrentRequests
 	}
 }
 

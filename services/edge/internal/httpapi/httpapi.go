@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
@@ -140,7 +142,7 @@ func DecodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			contracts.Write(w, contracts.ErrBodyTooLarge(1<<20))
+			TooLarge(w, r, 1<<20)
 		case errors.As(err, &te):
 			contracts.Write(w, contracts.ErrBadRequest(te.Field, contracts.CodeInvalidType, "Invalid type for '"+te.Field+"'."))
 		case errors.Is(err, io.EOF):
@@ -172,3 +174,63 @@ func NotFound(w http.ResponseWriter, what, id string) {
 	contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
 		Message: fmt.Sprintf("No such %s: %s", what, id)})
 }
+
+// DrainLimit bounds what TooLarge reads of a body over the limit.
+const DrainLimit = 64 << 20
+
+// TooLarge answers 413 request_too_large for a body over limit, then reads
+// and discards what is left of it (up to DrainLimit more bytes, and within
+// the body's read deadline) before the connection is closed. A client that
+// writes its whole body before it reads the answer, as most SDKs do, then
+// gets the 413; closing with the body unread would reset the connection,
+// the client would see a broken pipe and retry the same body.
+func TooLarge(w http.ResponseWriter, r *http.Request, limit int64) *contracts.Error {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // read the body after the answer is out
+	w.Header().Set("Connection", "close")
+	e := contracts.ErrBodyTooLarge(limit)
+	contracts.Write(w, e)
+	_ = rc.Flush()
+	if r.ContentLength < 0 || r.ContentLength-limit <= DrainLimit {
+		// A body declared larger than that is not read: it would be cut
+		// off anyway.
+		_, _ = io.CopyN(io.Discard, r.Body, DrainLimit)
+	}
+	return e
+}
+
+// BodyError answers the failure to read a request body: 413 past the
+// limit (see TooLarge), 408 when the client sent it too slowly (the edge's
+// body read deadline), else 400. It returns the error it answered.
+func BodyError(w http.ResponseWriter, r *http.Request, err error) *contracts.Error {
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	var e *contracts.Error
+	switch {
+	case errors.As(err, &mbe):
+		return TooLarge(w, r, mbe.Limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		e = &contracts.Error{Status: http.StatusRequestTimeout, Type: contracts.TypeInvalidRequest, Code: CodeRequestTimeout,
+			Message: "The request body did not arrive in time."}
+	default:
+		e = contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body.")
+	}
+	contracts.Write(w, e)
+	return e
+}
+
+// Bounded returns s cut to at most n bytes (on a rune boundary), with "..."
+// when cut: for echoing client input in an answer.
+func Bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// CodeRequestTimeout is the code of a 408: the body arrived too slowly.
+const CodeRequestTimeout = "request_timeout"

@@ -97,7 +97,7 @@ func OpenAIShaped(mux *http.ServeMux) http.Handler {
 			contracts.Write(w, contracts.ErrMethodNotAllowed(r.Method))
 			return
 		}
-		contracts.Write(w, contracts.ErrNotFound(fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)))
+		contracts.Write(w, contracts.ErrNotFound(fmt.Sprintf("Unknown request URL: %s %s.", Bounded(r.Method, 32), Bounded(r.URL.Path, 256))))
 	})
 }
 

@@ -67,6 +67,9 @@ type Service struct {
 
 	flightsMu sync.Mutex
 	flights   map[string]map[*flight]struct{}
+
+	// conc bounds requests in flight per key and tenant.
+	conc concurrency
 }
 
 // New builds the inference path.

@@ -57,6 +57,15 @@ type Request struct {
 	InputBytes int64
 }
 
+// MaxModelName bounds the length of a model name in bytes; longer ones are
+// refused before any lookup, so they are never echoed or counted.
+const MaxModelName = 256
+
+func errModelTooLong() *contracts.Error {
+	return contracts.ErrBadRequest("model", contracts.CodeInvalidRequest,
+		fmt.Sprintf("Invalid 'model': longer than %d bytes.", MaxModelName))
+}
+
 func isNull(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
 
 func parseInference(endpoint string, body []byte) (Request, *contracts.Error) {
@@ -77,6 +86,9 @@ func parseInference(endpoint string, body []byte) (Request, *contracts.Error) {
 	}
 	if err := json.Unmarshal(f.Model, &p.Model); err != nil || p.Model == "" {
 		return p, contracts.ErrBadRequest("model", contracts.CodeInvalidType, "Invalid 'model': expected a non-empty string.")
+	}
+	if len(p.Model) > MaxModelName {
+		return p, errModelTooLong()
 	}
 	if !isNull(f.Stream) {
 		if err := json.Unmarshal(f.Stream, &p.Stream); err != nil {

@@ -79,9 +79,32 @@ func (s *Service) handler(endpoint string) http.HandlerFunc {
 }
 
 func (s *Service) refuse(w http.ResponseWriter, operation string, ref *refusal) {
-	s.d.Metrics.requests.WithLabelValues(ref.model, operation, strconv.Itoa(ref.Status)).Inc()
-	s.d.Metrics.errors.WithLabelValues(ref.model, ref.Code).Inc()
+	s.count(operation, ref.model, ref.Error)
 	contracts.Write(w, ref.Error)
+}
+
+// count records a refusal under the model's label. The label is the
+// model's name only for a served model (a bounded set); any other name a
+// client sends is counted under UnknownModel, so clients cannot grow the
+// metrics without bound.
+func (s *Service) count(operation, model string, e *contracts.Error) {
+	model = s.label(model)
+	s.d.Metrics.requests.WithLabelValues(model, operation, strconv.Itoa(e.Status)).Inc()
+	s.d.Metrics.errors.WithLabelValues(model, e.Code).Inc()
+}
+
+// UnknownModel is the metrics label of requests for a model name that is
+// not served.
+const UnknownModel = "unknown"
+
+func (s *Service) label(model string) string {
+	if model == "" {
+		return ""
+	}
+	if _, ok := s.d.Directory.Served(model); ok {
+		return model
+	}
+	return UnknownModel
 }
 
 // Authenticate returns the API key r presents, or nil.
@@ -106,11 +129,8 @@ func (s *Service) read(w http.ResponseWriter, r *http.Request, endpoint string, 
 	}()
 	limit := s.d.MaxBody
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &refusal{Error: contracts.ErrBodyTooLarge(limit)}
-		}
-		return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body.")}
+		s.count(endpoint, "", httpapi.BodyError(w, r, err))
+		return nil
 	}
 	body := buf.Bytes()
 	p, perr := parseInference(endpoint, body)
@@ -142,6 +162,9 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if s.d.Draining() {
 		return &refusal{Error: contracts.ErrShuttingDown(), model: model}
 	}
+	if len(model) > MaxModelName {
+		return &refusal{Error: errModelTooLong()}
+	}
 	if _, ok := s.d.Directory.Served(model); !ok {
 		return &refusal{Error: contracts.ErrModelNotFound(model), model: model}
 	}
@@ -151,6 +174,15 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if c.Request.MaxTokens > MaxOutputTokens {
 		return &refusal{Error: tooManyTokens(orDefault(c.Request.MaxTokensParam, "max_tokens")), model: model}
 	}
+	var tenant registry.Limits
+	if t, ok := s.d.Directory.Tenant(c.Key.Tenant); ok {
+		tenant = t.Limits
+	}
+	release, cerr := s.conc.acquire(c.Key, tenant)
+	if cerr != nil {
+		return &refusal{Error: cerr, model: model}
+	}
+	defer release()
 	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request, newRequestID())
 	if ref != nil {
 		return ref

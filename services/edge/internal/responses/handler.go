@@ -3,7 +3,6 @@ package responses
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -58,6 +57,10 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	// The model is checked before retrieval, so a refused request costs no
 	// search; Generate checks it again with the rest of admission.
+	if len(req.Model) > inference.MaxModelName {
+		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeInvalidRequest, fmt.Sprintf("Invalid 'model': longer than %d bytes.", inference.MaxModelName)))
+		return
+	}
 	if !s.d.Inference.Serves(req.Model) {
 		contracts.Write(w, contracts.ErrModelNotFound(req.Model))
 		return
@@ -158,12 +161,7 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	var buf bytes.Buffer
 	limit := s.d.Inference.MaxBody()
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			contracts.Write(w, contracts.ErrBodyTooLarge(limit))
-		} else {
-			contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body."))
-		}
+		httpapi.BodyError(w, r, err)
 		return nil, false
 	}
 	return buf.Bytes(), true

@@ -122,7 +122,13 @@ type Config struct {
 	// Model (the upstream name), APIKey (optional).
 	Engine registry.Engine
 	// RequestTimeout bounds one forwarded request; required.
+	// Engine.RequestTimeout, when set, takes its place.
 	RequestTimeout time.Duration
+	// TTFTTimeout bounds the wait for a stream's first chunk, from when the
+	// request is sent to the engine; 0 is no bound. Engine.TTFTTimeout,
+	// when set, takes its place. Non-streamed requests are bounded by the
+	// request timeout only (an engine sends nothing before it finishes).
+	TTFTTimeout time.Duration
 	// HTTPClient makes the requests; required.
 	HTTPClient *http.Client
 	// TTFT and ITL observe the time to the first chunk of a stream and
@@ -151,6 +157,12 @@ type Client struct {
 
 // New returns a client of cfg's engine.
 func New(cfg Config) *Client {
+	if d := cfg.Engine.RequestTimeout.D(); d > 0 {
+		cfg.RequestTimeout = d
+	}
+	if d := cfg.Engine.TTFTTimeout.D(); d > 0 {
+		cfg.TTFTTimeout = d
+	}
 	c := &Client{cfg: cfg, client: cfg.HTTPClient, ttft: cfg.TTFT, itl: cfg.ITL}
 	if c.ttft == nil {
 		c.ttft = noObserver{}

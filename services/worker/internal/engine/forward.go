@@ -31,8 +31,13 @@ var (
 	rawFloat = json.RawMessage(`"float"`)
 )
 
-// errRequestTimeout is the cause of a request that ran past RequestTimeout.
-var errRequestTimeout = errors.New("worker: engine request timed out")
+// errRequestTimeout is the cause of a request that ran past RequestTimeout,
+// errTTFTTimeout of a stream whose first chunk did not come within
+// TTFTTimeout.
+var (
+	errRequestTimeout = errors.New("worker: engine request timed out")
+	errTTFTTimeout    = errors.New("worker: engine sent no first token in time")
+)
 
 // Bounds on what is read from an engine.
 const (
@@ -62,8 +67,12 @@ func (c *Call) interrupted(ctx context.Context, w *bridge.ResponseWriter) bool {
 	if ctx.Err() == nil {
 		return false
 	}
-	if context.Cause(ctx) == errRequestTimeout {
+	switch context.Cause(ctx) {
+	case errRequestTimeout, errTTFTTimeout:
 		msg := "The engine did not finish the request in time."
+		if context.Cause(ctx) == errTTFTTimeout {
+			msg = "The engine sent no first token in time."
+		}
 		c.fail(w, &bridge.Error{Status: http.StatusGatewayTimeout, Code: contracts.CodeEngineTimeout, Message: msg,
 			Body: contracts.ErrEngineTimeout(msg).Body()})
 		return true
@@ -105,6 +114,13 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, ec.cfg.RequestTimeout, errRequestTimeout)
 	defer cancel()
+	var firstToken func() bool // stops the TTFT timer
+	if d := ec.cfg.TTFTTimeout; d > 0 && c.Stream {
+		var cancelTTFT context.CancelCauseFunc
+		ctx, cancelTTFT = context.WithCancelCause(ctx)
+		defer cancelTTFT(nil)
+		firstToken = time.AfterFunc(d, func() { cancelTTFT(errTTFTTimeout) }).Stop
+	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ec.urls[c.Endpoint], bytes.NewReader(body))
 	if err != nil {
 		c.fail(w, &bridge.Error{Status: http.StatusInternalServerError, Code: contracts.CodeInternal, Message: "worker: build engine request"})
@@ -136,7 +152,7 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 		return
 	}
 	if c.Stream {
-		ec.relayStream(ctx, c, w, resp.Body)
+		ec.relayStream(ctx, c, w, resp.Body, firstToken)
 		return
 	}
 	ec.relayWhole(ctx, c, w, resp, b64)
@@ -249,7 +265,9 @@ var bufPool = sync.Pool{New: func() any {
 }}
 
 // relayStream forwards SSE data payloads as they arrive.
-func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWriter, body io.Reader) {
+// firstToken, when set, is called at the first chunk (it stops the TTFT
+// timer).
+func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWriter, body io.Reader, firstToken func() bool) {
 	rd := contracts.NewSSEReader(body)
 	bufs := bufPool.Get().(*streamBufs)
 	defer func() {
@@ -317,6 +335,10 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 		}
 		now := time.Now()
 		if w.Sent() == 0 {
+			if firstToken != nil && !firstToken() && ctx.Err() != nil {
+				c.interrupted(ctx, w) // the timer fired first
+				return
+			}
 			c.TTFT = now.Sub(c.Started)
 			ec.ttft.Observe(c.TTFT.Seconds())
 		} else {
