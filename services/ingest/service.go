@@ -156,7 +156,7 @@ func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1)
 	if err != nil {
 		return nil, &permanent{"invalid_file", fmt.Errorf("the %s file could not be parsed: %w", format, err)}
 	}
-	chunks, err := chunk.Split(doc, chunk.Options{MaxTokens: req.Chunking.MaxTokens, OverlapTokens: req.Chunking.OverlapTokens}, s.tok)
+	chunks, err := chunk.Split(ctx, doc, chunk.Options{MaxTokens: req.Chunking.MaxTokens, OverlapTokens: req.Chunking.OverlapTokens}, s.tok)
 	if err != nil {
 		return nil, &permanent{"invalid_file", err}
 	}
