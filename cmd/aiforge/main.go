@@ -13,12 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	app.ParserCommand = parserCommand()
 	root := newRoot()
 	if err := root.ExecuteContext(ctx); err != nil {
 		var ae *cli.APIError
@@ -38,7 +40,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd())
+	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd(), parseCmd())
 	return root
 }
 

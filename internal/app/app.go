@@ -604,12 +604,23 @@ func (a *App) requireObjects() (objstore.Store, error) {
 	return a.store, nil
 }
 
+// ParserCommand is the command line that starts this binary as the ingest
+// service's parser child (cmd/aiforge sets it to "<aiforge> __parse" in
+// main). When it is empty (test binaries, which cannot be re-executed as the
+// parser), ingest parses in process, bounded by the extraction limits and
+// the per-document time budget but not by the child's memory limit.
+var ParserCommand []string
+
 func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
 	objects, err := a.requireObjects()
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := ingest.New(ingest.Config{}, ingest.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log})
+	deps := ingest.Deps{NC: a.nc, JS: a.js, Objects: objects, Logger: a.log}
+	if len(ParserCommand) > 0 {
+		deps.Parser = &ingest.ChildProcess{Command: ParserCommand}
+	}
+	s, err := ingest.New(ingest.Config{}, deps)
 	if err != nil {
 		return nil, nil, err
 	}
