@@ -9,18 +9,20 @@ import (
 // tenants: a freed slot goes to a waiting tenant with the fewest slots in
 // use, the tenant served longest ago first among equals; each tenant's
 // waiters are served in arrival order. So one tenant's slow or huge files
-// take at most the slots no other tenant is waiting for, and another
-// tenant's file waits at most for one file to finish.
+// take at most the slots no other tenant is waiting for, and no tenant
+// holds more than perTenant slots, so with perTenant below the slot count
+// another tenant's file never waits for one of them to finish.
 type fairQueue struct {
 	mu      sync.Mutex
 	free    int
+	cap     int // slots one tenant may hold
 	running map[string]int
 	waiting map[string][]chan struct{}
 	order   []string // tenants with waiters, least recently served first
 }
 
-func newFairQueue(slots int) *fairQueue {
-	return &fairQueue{free: slots, running: map[string]int{}, waiting: map[string][]chan struct{}{}}
+func newFairQueue(slots, perTenant int) *fairQueue {
+	return &fairQueue{free: slots, cap: perTenant, running: map[string]int{}, waiting: map[string][]chan struct{}{}}
 }
 
 // acquire waits for a slot for tenant; release gives it back.
@@ -70,6 +72,9 @@ func (f *fairQueue) dispatch() {
 			}
 		}
 		t := f.order[best]
+		if f.running[t] >= f.cap {
+			return // every waiting tenant holds its share
+		}
 		q := f.waiting[t]
 		close(q[0])
 		f.free--

@@ -27,6 +27,10 @@ type Config struct {
 	MaxDeliver int
 	// Workers is how many files are parsed at once. Default 4.
 	Workers int
+	// MaxPerTenant is how many of the Workers one tenant's files may hold.
+	// Default Workers-1 (at least 1): one slot is always left for the
+	// other tenants, so their files never wait behind a tenant's huge ones.
+	MaxPerTenant int
 	// Window is how many ingest requests are held at once (parsing or
 	// waiting for a worker; the consumer's MaxAckPending). Default 64. A
 	// tenant's files wait behind those of tenants with fewer files parsing
@@ -41,7 +45,7 @@ type Config struct {
 
 // Validate reports every problem of c.
 func (c Config) Validate() error {
-	if c.MaxFileBytes < 0 || c.MaxDeliver < 0 || c.Workers < 0 || c.Window < 0 || c.DocTimeout < 0 {
+	if c.MaxFileBytes < 0 || c.MaxDeliver < 0 || c.Workers < 0 || c.MaxPerTenant < 0 || c.Window < 0 || c.DocTimeout < 0 {
 		return errors.New("ingest: limits must not be negative")
 	}
 	return nil
@@ -83,6 +87,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 4
 	}
+	if cfg.MaxPerTenant == 0 {
+		cfg.MaxPerTenant = max(1, cfg.Workers-1)
+	}
 	if cfg.Window == 0 {
 		cfg.Window = 64
 	}
@@ -100,7 +107,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		}
 		deps.Parser = p
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), fair: newFairQueue(cfg.Workers)}, nil
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), fair: newFairQueue(cfg.Workers, cfg.MaxPerTenant)}, nil
 }
 
 // Run consumes ingest requests until ctx ends. Up to Window requests are
