@@ -255,8 +255,8 @@ func TestHostileFilesFailOnceAndStayFailed(t *testing.T) {
 // longer than the consumer's 30 s AckWait on a small machine, and the lease
 // is kept meanwhile.
 func TestTwentyThousandPagePDF(t *testing.T) {
-	if testing.Short() {
-		t.Skip("generates and parses a 16 MB PDF of 20,000 pages")
+	if testing.Short() || raceEnabled {
+		t.Skip("generates and parses a 16 MB PDF of 20,000 pages (about a minute; .ci/run runs it without -race)")
 	}
 	h := newHarness(t)
 	t.Setenv("AIFORGE_TEST_PARSE_CHILD", "1")
