@@ -15,6 +15,9 @@ import (
 func TestHostileCorpusBreaksItsLimit(t *testing.T) {
 	for _, c := range hostile.Corpus() {
 		t.Run(c.Name, func(t *testing.T) {
+			if c.Heavy && raceEnabled {
+				t.Skip("decompresses a gigabyte: minutes under the race detector")
+			}
 			data := c.Data()
 			ex, ok := extract.ForFormat(extract.Sniff(c.Filename, data))
 			if !ok {
