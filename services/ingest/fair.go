@@ -18,11 +18,13 @@ type fairQueue struct {
 	cap     int // slots one tenant may hold
 	running map[string]int
 	waiting map[string][]chan struct{}
-	order   []string // tenants with waiters, least recently served first
+	order   []string          // tenants with waiters, in the order they began waiting
+	served  map[string]uint64 // when each tenant was last given a slot (seq)
+	seq     uint64
 }
 
 func newFairQueue(slots, perTenant int) *fairQueue {
-	return &fairQueue{free: slots, cap: perTenant, running: map[string]int{}, waiting: map[string][]chan struct{}{}}
+	return &fairQueue{free: slots, cap: perTenant, running: map[string]int{}, waiting: map[string][]chan struct{}{}, served: map[string]uint64{}}
 }
 
 // acquire waits for a slot for tenant; release gives it back.
@@ -67,7 +69,8 @@ func (f *fairQueue) dispatch() {
 	for f.free > 0 && len(f.order) > 0 {
 		best := 0
 		for i, t := range f.order {
-			if f.running[t] < f.running[f.order[best]] {
+			b := f.order[best]
+			if f.running[t] < f.running[b] || f.running[t] == f.running[b] && f.served[t] < f.served[b] {
 				best = i
 			}
 		}
@@ -79,10 +82,12 @@ func (f *fairQueue) dispatch() {
 		close(q[0])
 		f.free--
 		f.running[t]++
+		f.seq++
+		f.served[t] = f.seq
 		f.order = append(f.order[:best], f.order[best+1:]...)
 		if len(q) > 1 {
 			f.waiting[t] = q[1:]
-			f.order = append(f.order, t) // served: to the back
+			f.order = append(f.order, t)
 		} else {
 			delete(f.waiting, t)
 		}
