@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +69,10 @@ type Service struct {
 	deps Deps
 	log  *slog.Logger
 	fair *fairQueue
+	// stopping ends when Run's context does: work in progress is abandoned
+	// then (its request redelivered later) rather than holding shutdown for
+	// up to DocTimeout.
+	stopping atomic.Pointer[context.Context]
 }
 
 // New validates and builds the service.
@@ -114,6 +119,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 // held at once; Workers of them are processed, handed out fairly across
 // tenants (fairQueue), in delivery order for each file.
 func (s *Service) Run(ctx context.Context) error {
+	s.stopping.Store(&ctx)
 	reg := events.NewRegistry(func() events.Event { return &events.DocIngestRequestedV1{} })
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "ingest", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
@@ -155,12 +161,17 @@ func (s *Service) handle(ctx context.Context, req *events.DocIngestRequestedV1) 
 	defer stopHB()
 	go keepLease(hb)
 
-	release, err := s.fair.acquire(ctx, req.Tenant)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if stopping := s.stopping.Load(); stopping != nil {
+		defer context.AfterFunc(*stopping, wcancel)()
+	}
+	release, err := s.fair.acquire(wctx, req.Tenant)
 	if err != nil {
 		return err
 	}
 	defer release()
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.DocTimeout)
+	dctx, cancel := context.WithTimeout(wctx, s.cfg.DocTimeout)
 	defer cancel()
 	ev, err := s.process(dctx, req)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && dctx.Err() != nil {

@@ -272,3 +272,26 @@ func TestTwentyThousandPagePDF(t *testing.T) {
 		t.Fatalf("outcomes %+v", o)
 	}
 }
+
+// Shutting down abandons a file being parsed instead of waiting for it; its
+// request comes back to the next run, which completes it once.
+func TestShutdownAbandonsWorkInProgress(t *testing.T) {
+	h := newHarness(t)
+	inner, err := NewInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gated{inner: inner, gate: make(chan struct{})} // never opened
+	stop := h.run(Config{}, g)
+	h.submit("tenant-a", "file-1", "slow-1.txt", []byte("A file parsed across a restart."))
+	h.waitFor("the file parsing", 30*time.Second, func() bool { return g.held.Load() == 1 })
+	stop() // returns although the parse would never end
+	if o := h.outcomes("tenant-a", "file-1"); len(o) != 0 {
+		t.Fatalf("outcome before the restart: %+v", o)
+	}
+	h.run(Config{}, inner)
+	h.waitFor("the file after the restart", 30*time.Second, func() bool { return len(h.outcomes("tenant-a", "file-1")) > 0 })
+	if o := h.outcomes("tenant-a", "file-1"); len(o) != 1 || o[0].failed {
+		t.Fatalf("outcomes %+v", o)
+	}
+}
