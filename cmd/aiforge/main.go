@@ -19,6 +19,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	parser = parserCommand()
 	root := newRoot()
 	if err := root.ExecuteContext(ctx); err != nil {
 		var ae *cli.APIError
@@ -38,7 +39,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd())
+	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd(), parseCmd())
 	return root
 }
 

@@ -80,7 +80,8 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		return app.Options{}, err
 	}
 	o := app.Options{
-		Targets: targets, DataDir: f.dataDir, NATSURL: f.natsURL, NATSListen: f.natsListen,
+		ParserCommand: parser,
+		Targets:       targets, DataDir: f.dataDir, NATSURL: f.natsURL, NATSListen: f.natsListen,
 		NATSCredsDir: f.credsDir, OnNATSListen: printNATSCreds,
 		Listen: f.listen, AdminKey: os.Getenv("AIFORGE_ADMIN_KEY"), Logger: log,
 		OnAdminKey: adminKeyReporter(os.Stderr, isTerminal(os.Stderr), log),

@@ -107,6 +107,13 @@ type Options struct {
 	Edge           edge.Config
 	WorkerDefaults worker.Config
 
+	// ParserCommand is the command line that starts this binary as the
+	// ingest service's parser child ("<aiforge> __parse"; cmd/aiforge sets
+	// it). Empty (test binaries, which cannot be re-executed as the parser):
+	// ingest parses in process, bounded by the extraction limits and the
+	// per-document time budget but not by the child's memory limit.
+	ParserCommand []string
+
 	Logger *slog.Logger
 }
 
@@ -761,7 +768,11 @@ func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := ingest.New(ingest.Config{}, ingest.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log})
+	deps := ingest.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log}
+	if len(a.opts.ParserCommand) > 0 {
+		deps.Parser = &ingest.ChildProcess{Command: a.opts.ParserCommand}
+	}
+	s, err := ingest.New(ingest.Config{}, deps)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -169,7 +169,7 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s: %w", name, err)
 		}
-		chunks, err := chunk.Split(doc, chunk.Options{MaxTokens: o.ChunkTokens, OverlapTokens: 0}, tok)
+		chunks, err := chunk.Split(ctx, doc, chunk.Options{MaxTokens: o.ChunkTokens, OverlapTokens: 0}, tok)
 		if err != nil {
 			return nil, err
 		}

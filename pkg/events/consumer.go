@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,15 @@ type ConsumerConfig struct {
 	// DeliverPolicy is where a new durable starts. Default DeliverAll.
 	// Policies that need a start sequence or time are not supported.
 	DeliverPolicy jetstream.DeliverPolicy
+	// Concurrency is how many messages are handled at once. Default 1
+	// (sequential). Above 1, set MaxAckPending to it too, so that no message
+	// waits in the pull buffer behind busy handlers.
+	Concurrency int
+	// OrderKey, with Concurrency above 1, names what must be handled in
+	// delivery order: messages with the same non-empty key are handled one
+	// after another (a file's versions, say), others concurrently. It is
+	// given the decoded event; nil orders nothing.
+	OrderKey func(Envelope, Event) string
 	// Logger receives the consumer's logs. Default discards.
 	Logger *slog.Logger
 }
@@ -110,6 +120,9 @@ func (c ConsumerConfig) Validate() error {
 	}
 	if c.AckWait < 0 {
 		errs = append(errs, fmt.Errorf("ack wait %s is negative", c.AckWait))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency %d is negative", c.Concurrency))
 	}
 	if c.MaxAckPending < 0 {
 		errs = append(errs, fmt.Errorf("max ack pending %d is negative", c.MaxAckPending))
@@ -259,8 +272,9 @@ type ConsumerStats struct {
 //     replica) without the handler sleeping.
 //  6. Success acks the message.
 //
-// Handling is sequential: one message at a time per Consumer. Run a
-// Consumer per replica (same Durable) to scale out.
+// Handling is sequential, one message at a time per Consumer, unless
+// Concurrency says otherwise (with OrderKey keeping the order of related
+// messages). Run a Consumer per replica (same Durable) to scale out.
 type Consumer struct {
 	js  jetstream.JetStream
 	reg *Registry
@@ -276,6 +290,10 @@ type Consumer struct {
 	heartbeat time.Duration
 
 	running atomic.Bool
+	sem     chan struct{}  // handler slots when Concurrency > 1
+	wg      sync.WaitGroup // handlers running when Concurrency > 1
+	mu      sync.Mutex
+	keys    map[string][]jetstream.Msg // OrderKey → messages waiting behind the one being handled
 	stats   struct {
 		handled, failed, retried, deadLettered, unknown, invalid atomic.Uint64
 	}
@@ -370,6 +388,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	for {
 		err := c.consume(ctx, cons)
+		c.wg.Wait()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -433,8 +452,67 @@ func (c *Consumer) consume(ctx context.Context, cons jetstream.Consumer) error {
 			c.drain(it, msg)
 			return nil
 		}
-		c.process(ctx, msg)
+		if c.cfg.Concurrency > 1 {
+			c.dispatch(ctx, msg)
+		} else {
+			c.process(ctx, msg)
+		}
 	}
+}
+
+// dispatch handles msg in a goroutine once a slot is free, after the
+// messages of its OrderKey delivered before it.
+func (c *Consumer) dispatch(ctx context.Context, msg jetstream.Msg) {
+	key := ""
+	if c.cfg.OrderKey != nil {
+		if env, ev, err := c.reg.Decode(msg.Headers(), msg.Data()); err == nil {
+			key = c.cfg.OrderKey(env, ev)
+		}
+	}
+	c.mu.Lock()
+	if c.sem == nil {
+		c.sem = make(chan struct{}, c.cfg.Concurrency)
+		c.keys = map[string][]jetstream.Msg{}
+	}
+	if q, busy := c.keys[key]; busy && key != "" {
+		c.keys[key] = append(q, msg)
+		c.mu.Unlock()
+		return
+	}
+	if key != "" {
+		c.keys[key] = nil
+	}
+	c.mu.Unlock()
+	c.sem <- struct{}{}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			c.process(ctx, msg)
+			<-c.sem
+			if key == "" {
+				return
+			}
+			c.mu.Lock()
+			q := c.keys[key]
+			if len(q) == 0 {
+				delete(c.keys, key)
+				c.mu.Unlock()
+				return
+			}
+			msg, c.keys[key] = q[0], q[1:]
+			if ctx.Err() != nil { // shutting down: hand the rest back
+				delete(c.keys, key)
+				c.mu.Unlock()
+				for _, m := range q {
+					_ = m.Nak()
+				}
+				return
+			}
+			c.mu.Unlock()
+			c.sem <- struct{}{}
+		}
+	}()
 }
 
 // drain stops pulling and hands back what was pulled but not handled,

@@ -760,3 +760,53 @@ func TestConsumerHandlerContextExpiresAfterAckWait(t *testing.T) {
 		t.Fatal("handler context never ended")
 	}
 }
+
+// With Concurrency, a message is handled while another is busy, and
+// messages of one OrderKey are handled one after another in delivery order.
+func TestConsumerConcurrencyKeepsOrderPerKey(t *testing.T) {
+	js, _ := newJS(t)
+	ctx := testCtx(t)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var started, finished []string
+	c := newConsumer(t, js, ConsumerConfig{Concurrency: 4, MaxAckPending: 4,
+		OrderKey: func(_ Envelope, ev Event) string { return ev.(*UsageRecordedV1).KeyID },
+	}, func(_ context.Context, _ Envelope, ev Event) error {
+		id := ev.(*UsageRecordedV1).RequestID
+		mu.Lock()
+		started = append(started, id)
+		mu.Unlock()
+		if id == "req-1" {
+			<-gate
+		}
+		mu.Lock()
+		finished = append(finished, id)
+		mu.Unlock()
+		return nil
+	})
+	start(t, c)
+	second := usage(3)
+	second.KeyID = "key-2"
+	for _, ev := range []*UsageRecordedV1{usage(1), usage(2), second} {
+		if _, err := Publish(ctx, js, ev, Envelope{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "key-2 handled while key-1 is busy", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(finished, "req-3")
+	})
+	mu.Lock()
+	if slices.Contains(started, "req-2") {
+		t.Fatalf("req-2 started before req-1 of the same key finished: %v", started)
+	}
+	mu.Unlock()
+	close(gate)
+	eventually(t, "all handled", func() bool { return c.Stats().Handled == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if i, j := slices.Index(finished, "req-1"), slices.Index(finished, "req-2"); i > j {
+		t.Fatalf("finished %v: req-2 before req-1", finished)
+	}
+}

@@ -4,19 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
-	"github.com/aiforge/aiforge/services/ingest/chunk"
-	"github.com/aiforge/aiforge/services/ingest/extract"
 )
 
 // Config configures the ingest service.
@@ -24,13 +23,30 @@ type Config struct {
 	// MaxFileBytes bounds a file read into memory for parsing. Default 256 MiB.
 	MaxFileBytes int64
 	// MaxDeliver is how often a transient failure (object store, bus) is
-	// retried before the file is failed. Default 8.
+	// retried before the file is failed. Default 8. A file that is at fault
+	// (unparsable, over a limit) is failed at once, never retried.
 	MaxDeliver int
+	// Workers is how many files are parsed at once. Default 4.
+	Workers int
+	// MaxPerTenant is how many of the Workers one tenant's files may hold.
+	// Default Workers-1 (at least 1): one slot is always left for the
+	// other tenants, so their files never wait behind a tenant's huge ones.
+	MaxPerTenant int
+	// Window is how many ingest requests are held at once (parsing or
+	// waiting for a worker; the consumer's MaxAckPending). Default 64. A
+	// tenant's files wait behind those of tenants with fewer files parsing
+	// only within this window.
+	Window int
+	// DocTimeout is the per-document time budget: object store reads,
+	// parsing, chunking and the write of the chunks. A file that takes
+	// longer is failed (limit "parser.time_budget"). Default 10 minutes.
+	// The lease on the request is kept with events.InProgress meanwhile.
+	DocTimeout time.Duration
 }
 
 // Validate reports every problem of c.
 func (c Config) Validate() error {
-	if c.MaxFileBytes < 0 || c.MaxDeliver < 0 {
+	if c.MaxFileBytes < 0 || c.MaxDeliver < 0 || c.Workers < 0 || c.MaxPerTenant < 0 || c.Window < 0 || c.DocTimeout < 0 {
 		return errors.New("ingest: limits must not be negative")
 	}
 	return nil
@@ -42,6 +58,9 @@ type Deps struct {
 	JS      jetstream.JetStream
 	Objects objstore.Store
 	Logger  *slog.Logger
+	// Parser parses untrusted files. aiforge up and run ingest use a
+	// ChildProcess; nil parses in process (InProcess), as tests do.
+	Parser Parser
 }
 
 // Service parses and chunks the files added to vector stores.
@@ -49,7 +68,11 @@ type Service struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
-	tok  chunk.Tokenizer
+	fair *fairQueue
+	// stopping ends when Run's context does: work in progress is abandoned
+	// then (its request redelivered later) rather than holding shutdown for
+	// up to DocTimeout.
+	stopping atomic.Pointer[context.Context]
 }
 
 // New validates and builds the service.
@@ -66,22 +89,46 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = 8
 	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 4
+	}
+	if cfg.MaxPerTenant == 0 {
+		cfg.MaxPerTenant = max(1, cfg.Workers-1)
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 64
+	}
+	cfg.Window = max(cfg.Window, cfg.Workers)
+	if cfg.DocTimeout == 0 {
+		cfg.DocTimeout = 10 * time.Minute
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	tok, err := chunk.NewTiktoken()
-	if err != nil {
-		return nil, fmt.Errorf("ingest: tokenizer: %w", err)
+	if deps.Parser == nil {
+		p, err := NewInProcess()
+		if err != nil {
+			return nil, err
+		}
+		deps.Parser = p
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), tok: tok}, nil
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), fair: newFairQueue(cfg.Workers, cfg.MaxPerTenant)}, nil
 }
 
-// Run consumes ingest requests until ctx ends.
+// Run consumes ingest requests until ctx ends. Up to Window requests are
+// held at once; Workers of them are processed, handed out fairly across
+// tenants (fairQueue), in delivery order for each file.
 func (s *Service) Run(ctx context.Context) error {
+	s.stopping.Store(&ctx)
 	reg := events.NewRegistry(func() events.Event { return &events.DocIngestRequestedV1{} })
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "ingest", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
 		FilterSubjects: []string{events.DocsIngestRequestedAll},
+		Concurrency:    s.cfg.Window, MaxAckPending: s.cfg.Window,
+		OrderKey: func(_ events.Envelope, ev events.Event) string {
+			r := ev.(*events.DocIngestRequestedV1)
+			return r.Tenant + "/" + r.StoreID + "/" + r.FileID
+		},
 	}, func(ctx context.Context, env events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocIngestRequestedV1))
 	})
@@ -99,28 +146,76 @@ type permanent struct {
 
 func (p *permanent) Error() string { return p.err.Error() }
 
+// publishTimeout bounds the publish of a handler's outcome, made with a
+// context of its own: the handler's may have expired.
+const publishTimeout = 10 * time.Second
+
 // ChunksKey is where a file's chunks for a content hash are stored.
 func ChunksKey(ref events.DocRef, sha string) string {
 	return objstore.TenantPrefix(ref.Tenant) + "chunks/" + ref.StoreID + "/" + ref.FileID + "/" + sha + ".jsonl"
 }
 
 func (s *Service) handle(ctx context.Context, req *events.DocIngestRequestedV1) error {
-	ev, err := s.process(ctx, req)
+	// Keep the lease while waiting for a worker and while working.
+	hb, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	go keepLease(hb)
+
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if stopping := s.stopping.Load(); stopping != nil {
+		defer context.AfterFunc(*stopping, wcancel)()
+	}
+	release, err := s.fair.acquire(wctx, req.Tenant)
+	if err != nil {
+		return err
+	}
+	defer release()
+	dctx, cancel := context.WithTimeout(wctx, s.cfg.DocTimeout)
+	defer cancel()
+	ev, err := s.process(dctx, req)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && dctx.Err() != nil {
+		err = &permanent{"invalid_file", fmt.Errorf("processing the file took longer than the limit parser.time_budget (%s)", s.cfg.DocTimeout)}
+	}
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer pcancel()
 	var p *permanent
 	if errors.As(err, &p) {
 		s.log.Info("file failed", "tenant", req.Tenant, "vector_store_id", req.StoreID, "file_id", req.FileID, "err", p.err)
 		f := events.DocFailedV1{DocRef: req.DocRef, Stage: "ingest", Code: p.code, Message: p.err.Error()}
-		_, perr := events.Publish(ctx, s.deps.JS, f,
+		_, perr := events.Publish(pctx, s.deps.JS, f,
 			events.Envelope{ID: req.DocRef.EventID("failed-ingest"), Source: "ingest", Tenant: req.Tenant})
 		return perr
 	}
 	if err != nil {
 		return err // transient: retried with backoff
 	}
-	_, err = events.Publish(ctx, s.deps.JS, *ev,
+	_, err = events.Publish(pctx, s.deps.JS, *ev,
 		events.Envelope{ID: req.DocRef.EventID("chunked"), Source: "ingest", Tenant: req.Tenant})
 	return err
 }
+
+// keepLease tells the bus every few seconds that the handler whose context
+// ctx is still works on its message, until ctx ends. Outside a consumer
+// (tests calling handle) it does nothing.
+func keepLease(ctx context.Context) {
+	t := time.NewTicker(leaseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := events.InProgress(ctx); err != nil && ctx.Err() == nil {
+				return
+			}
+		}
+	}
+}
+
+// leaseEvery is how often keepLease extends the lease: well within the
+// consumer's AckWait (30 s).
+const leaseEvery = 5 * time.Second
 
 func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1) (*events.DocChunkedV1, error) {
 	out := &events.DocChunkedV1{DocRef: req.DocRef, ContentSHA256: req.ContentSHA256, EmbeddingModel: req.EmbeddingModel, Attributes: req.Attributes}
@@ -147,32 +242,21 @@ func (s *Service) process(ctx context.Context, req *events.DocIngestRequestedV1)
 	if int64(len(data)) > s.cfg.MaxFileBytes {
 		return nil, &permanent{"invalid_file", fmt.Errorf("the file is larger than the ingest limit of %d bytes", s.cfg.MaxFileBytes)}
 	}
-	format := extract.Sniff(req.Filename, data)
-	ex, ok := extract.ForFormat(format)
-	if !ok {
-		return nil, &permanent{"unsupported_file", fmt.Errorf("unsupported file type for %q (supported: PDF, HTML, Markdown, plain text, DOCX)", req.Filename)}
+	parsed, err := s.deps.Parser.Parse(ctx, ParseRequest{Filename: req.Filename, MaxTokens: req.Chunking.MaxTokens, OverlapTokens: req.Chunking.OverlapTokens, Data: data})
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return nil, &permanent{fe.Code, fe}
 	}
-	doc, err := ex.Extract(ctx, bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return nil, &permanent{"invalid_file", fmt.Errorf("the %s file could not be parsed: %w", format, err)}
-	}
-	chunks, err := chunk.Split(doc, chunk.Options{MaxTokens: req.Chunking.MaxTokens, OverlapTokens: req.Chunking.OverlapTokens}, s.tok)
-	if err != nil {
-		return nil, &permanent{"invalid_file", err}
-	}
-	if len(chunks) == 0 {
-		return nil, &permanent{"invalid_file", errors.New("the file has no text to index")}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	for _, c := range chunks {
-		_ = enc.Encode(events.DocChunk{Index: c.Index, Text: c.Text, Tokens: c.Tokens, Pages: c.Pages, HeadingPath: c.HeadingPath, Hash: c.Hash})
-	}
-	if _, err := s.deps.Objects.Put(ctx, key, &buf, int64(buf.Len()), "application/x-ndjson"); err != nil {
 		return nil, err
 	}
-	out.ChunksKey, out.Chunks, out.Pages, out.Warnings = key, len(chunks), doc.Pages, doc.Warnings
+	if parsed.PeakRSS > 0 {
+		s.log.Debug("file parsed", "tenant", req.Tenant, "file_id", req.FileID, "chunks", parsed.Chunks, "parser_peak_rss", parsed.PeakRSS)
+	}
+	if _, err := s.deps.Objects.Put(ctx, key, bytes.NewReader(parsed.JSONL), int64(len(parsed.JSONL)), "application/x-ndjson"); err != nil {
+		return nil, err
+	}
+	out.ChunksKey, out.Chunks, out.Pages, out.Warnings = key, parsed.Chunks, parsed.Pages, parsed.Warnings
 	return out, nil
 }
 

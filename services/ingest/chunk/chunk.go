@@ -20,6 +20,7 @@
 package chunk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,8 +86,9 @@ type unit struct {
 	subTokens int
 }
 
-// Split chunks a document. An empty document yields no chunks.
-func Split(doc *extract.Document, opt Options, tok Tokenizer) ([]Chunk, error) {
+// Split chunks a document. An empty document yields no chunks. It is linear
+// in the document's size and returns ctx's error once ctx is done.
+func Split(ctx context.Context, doc *extract.Document, opt Options, tok Tokenizer) ([]Chunk, error) {
 	if doc == nil {
 		return nil, errors.New("chunk: nil document")
 	}
@@ -97,19 +99,39 @@ func Split(doc *extract.Document, opt Options, tok Tokenizer) ([]Chunk, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &splitter{opt: opt, tok: tok, pieceMax: opt.MaxTokens - opt.OverlapTokens}
+	s := &splitter{ctx: ctx, opt: opt, tok: tok, pieceMax: opt.MaxTokens - opt.OverlapTokens}
 	var chunks []Chunk
 	for _, sec := range sections(doc.Blocks) {
 		units := s.units(doc.Blocks, sec)
+		if s.err != nil {
+			return nil, s.err
+		}
 		chunks = s.pack(units, chunks)
+		if s.err != nil {
+			return nil, s.err
+		}
 	}
 	return chunks, nil
 }
 
 type splitter struct {
+	ctx      context.Context
+	err      error // ctx's error, once seen
+	steps    int   // work done since ctx was last checked
 	opt      Options
 	tok      Tokenizer
 	pieceMax int // largest unit: fits after a full overlap
+}
+
+// stopped reports whether the split must end; it checks ctx every 256 steps.
+func (s *splitter) stopped() bool {
+	if s.err != nil {
+		return true
+	}
+	if s.steps++; s.steps%256 == 0 {
+		s.err = s.ctx.Err()
+	}
+	return s.err != nil
 }
 
 // sections returns [start, end) block ranges of the top-level sections: cut
@@ -178,6 +200,9 @@ func (s *splitter) units(blocks []extract.Block, sec [2]int) []unit {
 // explode appends text as one unit if it fits in pieceMax tokens, otherwise
 // splits it at the next level that yields several pieces, recursively.
 func (s *splitter) explode(out []unit, text string, level int, base unit) []unit {
+	if s.stopped() {
+		return out
+	}
 	n := s.tok.Count(text)
 	if n <= s.pieceMax || level >= levelRune {
 		u := base
@@ -250,6 +275,9 @@ func (s *splitter) pack(units []unit, out []Chunk) []Chunk {
 	var prev []unit // units of the previous chunk in this section
 	prevTokens := 0
 	for i := 0; i < len(units); {
+		if s.stopped() {
+			return out
+		}
 		var b building
 		// overlap continues the previous chunk; a chunk that opens a
 		// sub-section starts clean

@@ -1,6 +1,7 @@
 package chunk
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -115,7 +116,7 @@ func TestNoChunkExceedsMaxTokens(t *testing.T) {
 	tok := mustTok(t)
 	for _, opt := range []Options{{}, {MaxTokens: 200, OverlapTokens: 100}, {MaxTokens: 64}, {MaxTokens: 100, OverlapTokens: 20}, {MaxTokens: 16, OverlapTokens: 8}} {
 		t.Run(fmt.Sprintf("%d-%d", opt.MaxTokens, opt.OverlapTokens), func(t *testing.T) {
-			chunks, err := Split(bigDoc(), opt, tok)
+			chunks, err := Split(context.Background(), bigDoc(), opt, tok)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +139,7 @@ func TestOverlapBetweenConsecutiveChunks(t *testing.T) {
 		para(strings.Join(text, " "), []string{"Only"}, 0),
 	}}
 	opt := Options{MaxTokens: 200, OverlapTokens: 80}
-	chunks, err := Split(doc, opt, tok)
+	chunks, err := Split(context.Background(), doc, opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestOverlapBetweenConsecutiveChunks(t *testing.T) {
 		}
 	}
 	// the default options overlap too
-	chunks, err = Split(doc, Options{}, tok)
+	chunks, err = Split(context.Background(), doc, Options{}, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestTopLevelHeadingBoundaryRespected(t *testing.T) {
 		heading(1, "Beta", []string{"Beta"}, 2),
 		para("Beta body text about routers.", []string{"Beta"}, 2),
 	}}
-	chunks, err := Split(doc, Options{}, tok)
+	chunks, err := Split(context.Background(), doc, Options{}, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestTopLevelHeadingBoundaryRespected(t *testing.T) {
 
 	// large sections: no chunk mixes the parts, and no overlap crosses them
 	opt := Options{MaxTokens: 300, OverlapTokens: 100}
-	chunks, err = Split(bigDoc(), opt, tok)
+	chunks, err = Split(context.Background(), bigDoc(), opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func TestLongParagraphWithoutPunctuation(t *testing.T) {
 	}
 	doc := &extract.Document{Blocks: []extract.Block{para(strings.Join(w, " "), nil, 0)}}
 	opt := Options{MaxTokens: 256, OverlapTokens: 64}
-	chunks, err := Split(doc, opt, tok)
+	chunks, err := Split(context.Background(), doc, opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestUnicodeCJKAndEmoji(t *testing.T) {
 		para(cjk, nil, 1), para(cjkSentences, nil, 2), para(emoji, nil, 3),
 	}}
 	opt := Options{MaxTokens: 64, OverlapTokens: 16}
-	chunks, err := Split(doc, opt, tok)
+	chunks, err := Split(context.Background(), doc, opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestUnicodeCJKAndEmoji(t *testing.T) {
 		}
 	}
 	// all the CJK text is there, in order, once overlap is removed
-	only, err := Split(&extract.Document{Blocks: []extract.Block{para(cjk, nil, 1)}}, opt, tok)
+	only, err := Split(context.Background(), &extract.Document{Blocks: []extract.Block{para(cjk, nil, 1)}}, opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestUnicodeCJKAndEmoji(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	tok := mustTok(t)
 	opt := Options{MaxTokens: 150, OverlapTokens: 50}
-	first, err := Split(bigDoc(), opt, tok)
+	first, err := Split(context.Background(), bigDoc(), opt, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestDeterministic(t *testing.T) {
 	results := make([][]Chunk, 4)
 	for i := range results {
 		wg.Go(func() {
-			c, err := Split(bigDoc(), opt, tok)
+			c, err := Split(context.Background(), bigDoc(), opt, tok)
 			if err != nil {
 				t.Error(err)
 			}
@@ -368,7 +369,7 @@ func TestPagesAndHeadingPaths(t *testing.T) {
 		heading(2, "Sub", []string{"Intro", "Sub"}, 3),
 		para("On page three.", []string{"Intro", "Sub"}, 3),
 	}}
-	chunks, err := Split(doc, Options{}, tok)
+	chunks, err := Split(context.Background(), doc, Options{}, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestPagesAndHeadingPaths(t *testing.T) {
 	}
 	// non-paginated formats have no pages
 	doc = &extract.Document{Blocks: []extract.Block{para("text", nil, 0)}}
-	chunks, _ = Split(doc, Options{}, tok)
+	chunks, _ = Split(context.Background(), doc, Options{}, tok)
 	if len(chunks) != 1 || chunks[0].Pages != nil {
 		t.Errorf("pages = %v", chunks[0].Pages)
 	}
@@ -393,15 +394,15 @@ func TestEmptyDocument(t *testing.T) {
 		{},
 		{Blocks: []extract.Block{para("  \n\t ", nil, 0)}},
 	} {
-		chunks, err := Split(doc, Options{}, tok)
+		chunks, err := Split(context.Background(), doc, Options{}, tok)
 		if err != nil || len(chunks) != 0 {
 			t.Errorf("chunks=%d err=%v", len(chunks), err)
 		}
 	}
-	if _, err := Split(nil, Options{}, tok); err == nil {
+	if _, err := Split(context.Background(), nil, Options{}, tok); err == nil {
 		t.Error("nil document accepted")
 	}
-	if _, err := Split(&extract.Document{}, Options{}, nil); err == nil {
+	if _, err := Split(context.Background(), &extract.Document{}, Options{}, nil); err == nil {
 		t.Error("nil tokenizer accepted")
 	}
 }

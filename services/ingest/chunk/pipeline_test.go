@@ -27,7 +27,7 @@ func extractAndChunk(tb testing.TB, name string, data []byte, tok chunk.Tokenize
 	if err != nil {
 		tb.Fatal(err)
 	}
-	chunks, err := chunk.Split(doc, chunk.Options{}, tok)
+	chunks, err := chunk.Split(context.Background(), doc, chunk.Options{}, tok)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package chunk
 import (
 	"fmt"
 	"sync"
+	"unicode"
 
 	"github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
@@ -48,11 +49,53 @@ func NewTiktoken() (Tokenizer, error) {
 
 // Count implements Tokenizer. Special-token text such as "<|endoftext|>" in
 // a document is counted as ordinary text.
+//
+// Byte-pair merging is quadratic in the length of a run the pre-tokenizer
+// keeps whole (a run of letters, of punctuation or of whitespace), so a
+// 300 KB run of one letter took minutes. Count hands the encoder segments of
+// about maxSegment bytes cut before a whitespace run, where cl100k's
+// pre-tokenizer cuts too (the count is exact there), and cuts runs longer
+// than maxRun bytes every maxRun bytes (no cl100k token is that long; each
+// such cut may add a token to the count). Count is linear in len(s).
 func (t tiktokenTokenizer) Count(s string) int {
-	if s == "" {
-		return 0
+	n := 0
+	segments(s, func(seg string) { n += len(t.enc.EncodeOrdinary(seg)) })
+	return n
+}
+
+const (
+	maxSegment = 4096
+	maxRun     = 128
+)
+
+// segments calls yield with consecutive non-empty pieces of s that
+// concatenate to s: cut before a whitespace run once a piece reaches
+// maxSegment bytes, and inside any run of whitespace or of non-whitespace
+// every maxRun bytes.
+func segments(s string, yield func(string)) {
+	start, runStart, lastBreak := 0, 0, -1
+	prevSpace := false
+	for i, r := range s {
+		sp := unicode.IsSpace(r)
+		if i > start && sp != prevSpace {
+			runStart = i
+			if sp {
+				lastBreak = i
+			}
+		}
+		prevSpace = sp
+		switch {
+		case i-runStart >= maxRun:
+			yield(s[start:i])
+			start, runStart, lastBreak = i, i, -1
+		case i-start >= maxSegment && lastBreak > start:
+			yield(s[start:lastBreak])
+			start, lastBreak = lastBreak, -1
+		}
 	}
-	return len(t.enc.EncodeOrdinary(s))
+	if start < len(s) {
+		yield(s[start:])
+	}
 }
 
 func (t tiktokenTokenizer) Name() string { return "tiktoken/" + Encoding }

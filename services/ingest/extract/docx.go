@@ -37,6 +37,13 @@ var ErrUnsafeArchive = errors.New("the archive holds unsafe entry names (path tr
 
 const maxZipEntries = 10000
 
+// MaxParagraphBytes bounds the text of one DOCX paragraph (runs, tabs and
+// breaks included); a paragraph this large is not prose but a payload.
+const MaxParagraphBytes = 8 << 20
+
+// maxXMLDepth bounds the nesting of DOCX XML elements.
+const maxXMLDepth = 1000
+
 var cfbMagic = []byte{0xd0, 0xcf, 0x11, 0xe0, 0xa1, 0xb1, 0x1a, 0xe1}
 
 // Extract implements Extractor.
@@ -55,7 +62,7 @@ func (DOCX) Extract(ctx context.Context, r io.ReaderAt, size int64) (*Document, 
 		return nil, textdoc.NewParseError("DOCX", err)
 	}
 	if len(zr.File) > maxZipEntries {
-		return nil, fmt.Errorf("%w: %d zip entries (limit %d)", ErrTooLarge, len(zr.File), maxZipEntries)
+		return nil, textdoc.Limit("docx.max_zip_entries", maxZipEntries, fmt.Sprintf("%d zip entries", len(zr.File)))
 	}
 	files := make(map[string]*zip.File, len(zr.File))
 	for _, f := range zr.File {
@@ -134,7 +141,7 @@ type budgetReader struct {
 
 func (br *budgetReader) Read(p []byte) (int, error) {
 	if br.b.left <= 0 {
-		return 0, fmt.Errorf("%w: more than %d bytes decompressed (zip bomb?)", ErrTooLarge, br.b.limit)
+		return 0, textdoc.Limit("docx.max_decompressed_bytes", br.b.limit, "more bytes decompressed from the archive (zip bomb?)")
 	}
 	if int64(len(p)) > br.b.left {
 		p = p[:br.b.left]
@@ -334,8 +341,8 @@ func (p *docxParser) parse(r io.Reader) error {
 		switch t := tok.(type) {
 		case xml.StartElement:
 			depth++
-			if depth > 1000 {
-				return errors.New("XML nested too deeply")
+			if depth > maxXMLDepth {
+				return textdoc.Limit("docx.max_nesting_depth", maxXMLDepth, "XML elements nested deeper")
 			}
 			if skip > 0 {
 				skip++
@@ -410,6 +417,9 @@ func (p *docxParser) parse(r io.Reader) error {
 			}
 		case xml.CharData:
 			if inText && skip == 0 && p.para != nil {
+				if p.para.text.Len()+len(t) > MaxParagraphBytes {
+					return textdoc.Limit("docx.max_paragraph_bytes", MaxParagraphBytes, "a longer paragraph")
+				}
 				p.para.text.Write(t)
 			}
 		}

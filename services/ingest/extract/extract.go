@@ -55,6 +55,9 @@ type (
 	ParseError = textdoc.ParseError
 	// PDF extracts the text layer of PDF files (package extract/pdf).
 	PDF = pdf.Extractor
+	// LimitError reports a document that broke an extraction limit: Limit
+	// names it, Max is its value. It wraps ErrTooLarge.
+	LimitError = textdoc.LimitError
 )
 
 // Extractor parses one document format.
@@ -149,7 +152,7 @@ func readAllLimited(r io.ReaderAt, size, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("extract: negative size %d", size)
 	}
 	if size > limit {
-		return nil, fmt.Errorf("%w: %d bytes of text (limit %d)", ErrTooLarge, size, limit)
+		return nil, textdoc.Limit("text.max_bytes", limit, fmt.Sprintf("%d bytes of text", size))
 	}
 	buf := make([]byte, size)
 	n, err := r.ReadAt(buf, 0)

@@ -48,6 +48,10 @@ type Extractor struct{}
 // MaxPages bounds the number of PDF pages processed.
 const MaxPages = 20000
 
+// maxPageTreeDepth bounds the page tree's depth: a balanced tree of
+// MaxPages pages is a few levels deep; a cycle is infinitely deep.
+const maxPageTreeDepth = 64
+
 // errNoTextLayer is ErrNoText with the PDF-specific explanation.
 var errNoTextLayer = fmt.Errorf("%w: the PDF has no text layer (scanned?)", textdoc.ErrNoText)
 
@@ -109,6 +113,9 @@ func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Docume
 	head := make([]byte, 9)
 	if n, _ := r.ReadAt(head, 0); n < 9 || !bytes.HasPrefix(head, []byte("%PDF-")) {
 		return nil, textdoc.NewParseError("PDF", errors.New("not a PDF file: missing %PDF- header"))
+	}
+	if err := prescan(ctx, r, size, DefaultLimits); err != nil {
+		return nil, err
 	}
 	src := r
 	if !(head[5] == '1' && head[6] == '.' && head[7] >= '0' && head[7] <= '7' && (head[8] == '\r' || head[8] == '\n')) {
@@ -219,15 +226,15 @@ func collectPages(rd *pdfr.Reader) (pages []pdfr.Value, err error) {
 	var walk func(v pdfr.Value, depth int) error
 	walk = func(v pdfr.Value, depth int) error {
 		if visited++; visited > 4*MaxPages {
-			return fmt.Errorf("%w: page tree larger than %d nodes", textdoc.ErrTooLarge, 4*MaxPages)
+			return textdoc.Limit("pdf.max_page_tree_nodes", 4*MaxPages, "page tree nodes (a cycle?)")
 		}
-		if depth > 64 {
-			return nil // a cycle or an absurdly deep tree: ignore the branch
+		if depth > maxPageTreeDepth {
+			return textdoc.Limit("pdf.max_page_tree_depth", maxPageTreeDepth, "a deeper page tree (a cycle?)")
 		}
 		kids := v.Key("Kids")
 		if v.Key("Type").Name() == "Page" || (kids.Kind() != pdfr.Array && !v.Key("Contents").IsNull()) {
 			if len(pages) >= MaxPages {
-				return fmt.Errorf("%w: more than %d pages", textdoc.ErrTooLarge, MaxPages)
+				return textdoc.Limit("pdf.max_pages", MaxPages, "more pages")
 			}
 			pages = append(pages, v)
 			return nil

@@ -205,3 +205,28 @@ func (b *Builder) Document(format string, pages int, title string) (*Document, e
 	}
 	return doc, nil
 }
+
+// LimitError reports a document that broke one of the extraction limits.
+// Limit names the limit (for example "pdf.max_stream_bytes"), Max its value
+// and Detail what was seen. It wraps ErrTooLarge. A document that breaks a
+// limit breaks it again on every attempt: callers fail it permanently.
+type LimitError struct {
+	Limit  string
+	Max    int64
+	Detail string
+}
+
+func (e *LimitError) Error() string {
+	s := fmt.Sprintf("the document exceeds the extraction limit %s (%d)", e.Limit, e.Max)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+func (e *LimitError) Unwrap() error { return ErrTooLarge }
+
+// Limit returns a *LimitError.
+func Limit(limit string, max int64, detail string) error {
+	return &LimitError{Limit: limit, Max: max, Detail: detail}
+}
