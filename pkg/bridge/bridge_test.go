@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natstest"
 )
@@ -239,7 +240,7 @@ func TestEmbedFamily(t *testing.T) {
 		req.Endpoint = ep
 		res, err := c.Do(ctx, req, func([]byte) error { return errors.New("no data expected") })
 		be := asBridgeError(t, err)
-		if be.Status != http.StatusForbidden || be.Code != bridge.CodeEndpointNotAllowed || be.Retryable || res.Retried ||
+		if be.Status != http.StatusForbidden || be.Code != contracts.CodeEndpointNotAllowed || be.Retryable || res.Retried ||
 			!strings.Contains(be.Message, "embeddings endpoint only") {
 			t.Fatalf("endpoint %q on the embed family: %+v, result %+v", ep, be, res)
 		}

@@ -25,7 +25,7 @@
 // (events.Embed), for the internal embedding calls of the embedder and the
 // retriever. A worker serves both for its model, with the same queue group
 // and control subject, and refuses anything but the embeddings endpoint on
-// FamilyEmbed (CodeEndpointNotAllowed), so a credential that may embed
+// FamilyEmbed (contracts.CodeEndpointNotAllowed), so a credential that may embed
 // cannot have chat or completions generated and billed.
 package bridge
 
@@ -136,11 +136,6 @@ func (f Family) Ping(model string) string {
 func (f Family) allows(endpoint string) bool {
 	return f != FamilyEmbed || endpoint == events.EndpointEmbeddings
 }
-
-// CodeEndpointNotAllowed is the error code (status 403) of a request for an
-// endpoint its subject family does not serve: chat or completions sent on
-// the embedding family.
-const CodeEndpointNotAllowed = "endpoint_not_allowed"
 
 // MaxAttempts is how often the edge sends one request: once, and once more
 // on another replica after a retryable failure before any data.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 )
 
@@ -300,7 +301,7 @@ func (s *Server) onRequest(f Family, m *nats.Msg) {
 		// else: refused before the handler runs, so nothing is billed.
 		s.log.Warn("bridge: endpoint refused on this subject family", "request_id", req.ID,
 			"family", f.String(), "endpoint", req.Endpoint)
-		_ = w.Fail(&Error{Status: http.StatusForbidden, Code: CodeEndpointNotAllowed,
+		_ = w.Fail(&Error{Status: http.StatusForbidden, Code: contracts.CodeEndpointNotAllowed,
 			Message: fmt.Sprintf("the %s subjects serve the %s endpoint only, not %q", f, events.EndpointEmbeddings, req.Endpoint)})
 		cancel()
 		return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/busauth"
+	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/natsutil"
 )
@@ -431,8 +432,8 @@ func testEmbedFamily(t *testing.T, b bus) {
 		for _, ep := range []string{events.EndpointChatCompletions, events.EndpointCompletions} {
 			_, err := c.Do(ctx, req(ep), func([]byte) error { return nil })
 			var be *bridge.Error
-			if !errors.As(err, &be) || be.Status != http.StatusForbidden || be.Code != bridge.CodeEndpointNotAllowed {
-				t.Fatalf("%s %s on %s: %v, want 403 %s", id, ep, events.Embed(model), err, bridge.CodeEndpointNotAllowed)
+			if !errors.As(err, &be) || be.Status != http.StatusForbidden || be.Code != contracts.CodeEndpointNotAllowed {
+				t.Fatalf("%s %s on %s: %v, want 403 %s", id, ep, events.Embed(model), err, contracts.CodeEndpointNotAllowed)
 			}
 		}
 		_ = c.Close()

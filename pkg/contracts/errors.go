@@ -49,6 +49,17 @@ const (
 	// CodeServiceUnavailable: a backing service (usage, retriever) did not
 	// answer; the request can be retried.
 	CodeServiceUnavailable = "service_unavailable"
+	// CodeConcurrencyLimit (429): the key or its tenant already has its
+	// maximum of requests in flight.
+	CodeConcurrencyLimit = "concurrency_limit_exceeded"
+	// CodeRequestTimeout (408): the request body arrived too slowly.
+	CodeRequestTimeout = "request_timeout"
+	// CodeHeadersTooLarge (431): the request headers are over the limit.
+	CodeHeadersTooLarge = "request_headers_too_large"
+	// CodeEndpointNotAllowed (403): an internal embedding call asked a
+	// worker for another endpoint (the embedding subject family serves
+	// embeddings only).
+	CodeEndpointNotAllowed = "endpoint_not_allowed"
 )
 
 // Error is an API error in OpenAI's shape with its HTTP status.

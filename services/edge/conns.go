@@ -155,7 +155,7 @@ func parsePlainError(p []byte) (*contracts.Error, bool) {
 	e := &contracts.Error{Status: code, Type: contracts.TypeInvalidRequest, Code: contracts.CodeInvalidRequest}
 	switch code {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		e.Code = "request_headers_too_large"
+		e.Code = contracts.CodeHeadersTooLarge
 		e.Message = "The request headers are too large."
 	case http.StatusNotImplemented:
 		e.Message = "The request's transfer encoding is not supported."

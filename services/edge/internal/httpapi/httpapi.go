@@ -211,7 +211,7 @@ func BodyError(w http.ResponseWriter, r *http.Request, err error) *contracts.Err
 		return TooLarge(w, r, mbe.Limit)
 	case errors.As(err, &ne) && ne.Timeout():
 		w.Header().Set("Connection", "close")
-		e = &contracts.Error{Status: http.StatusRequestTimeout, Type: contracts.TypeInvalidRequest, Code: CodeRequestTimeout,
+		e = &contracts.Error{Status: http.StatusRequestTimeout, Type: contracts.TypeInvalidRequest, Code: contracts.CodeRequestTimeout,
 			Message: "The request body did not arrive in time."}
 	default:
 		e = contracts.ErrBadRequest("", contracts.CodeInvalidRequest, "Could not read the request body.")
@@ -232,5 +232,3 @@ func Bounded(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// CodeRequestTimeout is the code of a 408: the body arrived too slowly.
-const CodeRequestTimeout = "request_timeout"

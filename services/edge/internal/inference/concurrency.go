@@ -9,9 +9,6 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
-// CodeConcurrencyLimit is the code of a 429 for a key or tenant that has
-// as many requests in flight as its max_concurrent_requests.
-const CodeConcurrencyLimit = "concurrency_limit_exceeded"
 
 // concurrency counts the requests in flight on this replica per key and
 // per tenant, against their max_concurrent_requests. The limits are per
@@ -56,6 +53,6 @@ func (c *concurrency) acquire(key *registry.Key, tenant registry.Limits) (releas
 }
 
 func errConcurrency(who string, limit int64) *contracts.Error {
-	return &contracts.Error{Status: http.StatusTooManyRequests, Type: contracts.TypeRateLimit, Code: CodeConcurrencyLimit,
+	return &contracts.Error{Status: http.StatusTooManyRequests, Type: contracts.TypeRateLimit, Code: contracts.CodeConcurrencyLimit,
 		Message: fmt.Sprintf("The %s has %d requests in flight, its max_concurrent_requests; retry when one has finished.", who, limit)}
 }
