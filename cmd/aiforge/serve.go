@@ -32,6 +32,7 @@ type serveFlags struct {
 	grace      time.Duration
 	idle       time.Duration
 	maxConns   int
+	holdTTL    time.Duration
 	retention  time.Duration
 	replicas   int
 	hubURL     string
@@ -45,6 +46,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
+	c.Flags().DurationVar(&f.holdTTL, "reservation-ttl", envDuration("AIFORGE_RESERVATION_TTL", 15*time.Minute), "edge: how long a hard budget's reservation counts when its request never settles (an edge or worker killed mid-request); must exceed the longest request")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
@@ -100,6 +102,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.IdleTimeout = f.idle
 	o.Edge.MaxConnections = f.maxConns
+	o.Edge.ReservationTTL = f.holdTTL
 	o.Edge.Streams.UsageMaxAge = f.retention
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace
@@ -140,6 +143,15 @@ func adminKeyReporter(stderr io.Writer, terminal bool, log *slog.Logger) func(ke
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return n
+	}
+	return def
+}
+
+// envDuration is a duration from the environment, def when unset or not a
+// duration.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
 	}
 	return def
 }
