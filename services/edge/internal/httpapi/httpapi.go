@@ -231,4 +231,3 @@ func Bounded(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
-

@@ -9,7 +9,6 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
-
 // concurrency counts the requests in flight on this replica per key and
 // per tenant, against their max_concurrent_requests. The limits are per
 // edge replica: counting across replicas would put a bus round trip (and a
