@@ -115,7 +115,9 @@ func (c *ChildProcess) Parse(ctx context.Context, req ParseRequest) (*Parsed, er
 		if err := json.Unmarshal(line, &hdr); err != nil {
 			rerr = fmt.Errorf("bad header from the parser child: %w", err)
 		} else if hdr.Parsed != nil {
-			body, rerr = io.ReadAll(br)
+			// Never read more than the bound: the child's output is as
+			// untrusted as the file it parsed.
+			body, rerr = io.ReadAll(io.LimitReader(br, maxOut+1))
 			if rerr == nil && int64(len(body)) > maxOut {
 				rerr = &FileError{Code: "invalid_file", Limit: "parser.max_output_bytes", Message: fmt.Sprintf("the file's chunks exceed the limit parser.max_output_bytes (%d)", maxOut)}
 			}

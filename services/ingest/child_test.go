@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -76,7 +77,10 @@ func TestChildMemoryLimit(t *testing.T) {
 		t.Skip("a race-enabled binary maps its heap's address space at start: the limit on further mappings is not reached")
 	}
 	p := childParser(t, ChildLimits{MemoryBytes: 64 << 20})
-	_, err := p.Parse(context.Background(), ParseRequest{Filename: "letters.txt", Data: hostile.LetterRun()})
+	// 96 MiB of ordinary words: the child holds the file, its text and its
+	// chunks, far more than 64 MiB beyond what it had mapped at start.
+	words := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog\n"), 96<<20/44)
+	_, err := p.Parse(context.Background(), ParseRequest{Filename: "words.txt", Data: words})
 	var fe *FileError
 	if !errors.As(err, &fe) || fe.Limit != "parser.max_memory_bytes" {
 		t.Fatalf("Parse = %v, want a FileError naming parser.max_memory_bytes", err)
