@@ -38,6 +38,9 @@ func newRoot() *cobra.Command {
 		Short:         "aiforge: a sovereign AI inference platform on NATS JetStream",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// A number or duration from the environment that does not parse is
+		// an error, not a silent fallback to the default.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return checkEnv() },
 	}
 	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), usageCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd(), parseCmd())
 	return root

@@ -152,3 +152,16 @@ func TestKeysListShowsSpend(t *testing.T) {
 		}
 	}
 }
+
+// A number or duration in the environment that does not parse stops the
+// command with its name, instead of silently meaning the default.
+func TestBadEnvironmentValuesAreErrors(t *testing.T) {
+	t.Setenv("AIFORGE_RESERVATION_TTL", "15 minutes")
+	t.Setenv("AIFORGE_STREAM_REPLICAS", "three")
+	root := newRoot()
+	root.SetArgs([]string{"tenants", "list"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "AIFORGE_RESERVATION_TTL") || !strings.Contains(err.Error(), "AIFORGE_STREAM_REPLICAS") {
+		t.Fatalf("err = %v, want both bad variables named", err)
+	}
+}

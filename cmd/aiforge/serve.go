@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -147,8 +148,30 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// checkEnv reports the numbers and durations of the environment that do
+// not parse (envInt and envDuration fall back to their defaults, so the
+// root command checks them before running anything).
+func checkEnv() error {
+	var errs []error
+	for _, name := range []string{"AIFORGE_STREAM_REPLICAS"} {
+		if v := os.Getenv(name); v != "" {
+			if _, err := strconv.Atoi(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not a whole number", name, v))
+			}
+		}
+	}
+	for _, name := range []string{"AIFORGE_RESERVATION_TTL"} {
+		if v := os.Getenv(name); v != "" {
+			if _, err := time.ParseDuration(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not a duration (e.g. 15m)", name, v))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // envDuration is a duration from the environment, def when unset or not a
-// duration.
+// duration (checkEnv reports the latter).
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return d
