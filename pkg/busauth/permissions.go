@@ -189,6 +189,7 @@ func table() map[string]Permissions {
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
+		kvRead(events.BucketWorkers).
 		// Sealing a binding stored before engine keys were sealed purges
 		// the binding's older revisions, which hold the key in clear
 		// (registry.SealLegacyEngineKeys). The edge may already delete any
@@ -200,11 +201,13 @@ func table() map[string]Permissions {
 	// goes to the request's reply subject, hence Responses without a
 	// message limit), take credits and
 	// cancels on their control subject, publish usage, and read the model
-	// bindings and the catalog. They write no bucket.
+	// bindings and the catalog. The only bucket they write is their own
+	// state (registry.WorkerState).
 	worker := (&grant{}).inbox(Worker).streamInfo().
 		s(inferAll, embedAll, inferCtlAll).
 		p(ev(events.TypeUsageRecordedV2)).
-		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments)
+		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
+		kvWrite(events.BucketWorkers)
 	put(Worker, worker, &Responses{MaxMsgs: -1, Expires: time.Hour})
 
 	// The usage service folds USAGE, settles budgets, answers usage

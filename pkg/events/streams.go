@@ -100,6 +100,7 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),
 		{Bucket: BucketPulls, Description: "hub pulls: their commit, catalog version or failure, kept a week", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
+		{Bucket: BucketWorkers, Description: "worker replicas: engine health, verified upstream, slots, last error", History: 1, Storage: jetstream.MemoryStorage, Replicas: o.Replicas, TTL: WorkerStateTTL, LimitMarkerTTL: WorkerStateTTL},
 		{Bucket: BucketRateLimits, Description: "requests and tokens per key and minute", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 3 * time.Minute},
 	}
 }

@@ -20,6 +20,7 @@ package events
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Event type names, by domain. The type name of an event is the root of its
@@ -204,7 +205,16 @@ const (
 	// BucketPulls holds the state of hub pulls, so a client that requested
 	// one can follow it to its catalog version (or its failure).
 	BucketPulls = "aiforge_model_pulls"
+	// BucketWorkers holds what each worker replica reports about itself
+	// and its engine (registry.WorkerState), refreshed while it runs and
+	// expiring when it stops reporting.
+	BucketWorkers = "aiforge_workers"
 )
+
+// WorkerStateTTL is how long a worker replica's state lives in
+// BucketWorkers without a refresh: a replica that stops reporting (killed,
+// partitioned) disappears from routing and status within it.
+const WorkerStateTTL = 15 * time.Second
 
 // Token turns an arbitrary name into one subject token. Characters NATS
 // gives meaning to (".", "*", ">", whitespace), control characters and "%"

@@ -111,6 +111,10 @@ func (k *Key) Allows(model string) bool {
 
 // Engine is an OpenAI-compatible engine a worker forwards to.
 type Engine struct {
+	// ID names the engine among the engines serving one model name; empty
+	// for a model's first (or only) engine. Worker replicas report it in
+	// WorkerState.EngineID.
+	ID string `json:"id,omitempty"`
 	// BaseURL ends in /v1, e.g. http://127.0.0.1:8000/v1.
 	BaseURL string `json:"base_url"`
 	// Model is the name the engine knows the weights by.
