@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,10 @@ const (
 	KindPrice      Kind = "price"
 	KindCatalog    Kind = "catalog"
 	KindDeployment Kind = "deployment"
+	// KindWorker: a worker replica's state changed or expired; ID is the
+	// served model name and the worker id joined by a NUL byte. Only views
+	// built with Options.Workers see it.
+	KindWorker Kind = "worker"
 )
 
 // Change is one update the view applied: ID is the key id, tenant id,
@@ -64,6 +70,9 @@ type Options struct {
 	// RetryWait is how long a watch that ended waits before it starts
 	// again. Default 1s.
 	RetryWait time.Duration
+	// Workers, when set, makes the view follow the worker replicas' state
+	// too (Workers, ServableWorkers).
+	Workers *registry.Workers
 }
 
 // View is the directory. Build it with New, start it with Run.
@@ -80,6 +89,7 @@ type View struct {
 	prices      *table[registry.PriceHistory]
 	entries     *table[entry]
 	deployments *table[catalog.Deployment]
+	workers     *table[registry.WorkerState]
 
 	pending    atomic.Int32 // watches that have not delivered their initial state yet
 	syncedOnce sync.Once
@@ -93,7 +103,7 @@ type entry struct {
 	createdAt        time.Time
 }
 
-const watches = 6
+const watches = 6 // and one more with Options.Workers
 
 // New builds a stopped view over the registry and the catalog.
 func New(reg *registry.Store, cat *catalog.Store, opts Options) *View {
@@ -111,9 +121,14 @@ func New(reg *registry.Store, cat *catalog.Store, opts Options) *View {
 		prices:      newTable(func(h registry.PriceHistory) string { return h.Model }),
 		entries:     newTable(func(e entry) string { return e.name }),
 		deployments: newTable(func(d catalog.Deployment) string { return d.Model }),
+		workers:     newTable(func(w registry.WorkerState) string { return w.Model + "\x00" + w.WorkerID }),
 		synced:      make(chan struct{}),
 	}
-	v.pending.Store(watches)
+	n := int32(watches)
+	if opts.Workers != nil {
+		n++
+	}
+	v.pending.Store(n)
 	return v
 }
 
@@ -154,6 +169,13 @@ func (v *View) Run(ctx context.Context) error {
 			return v.cat.WatchDeployments(ctx, fn)
 		})
 	})
+	if w := v.opts.Workers; w != nil {
+		wg.Go(func() {
+			follow(ctx, v, KindWorker, v.workers, func(ctx context.Context, fn watchFn[registry.WorkerState]) error {
+				return w.Watch(ctx, registryWatch(fn))
+			})
+		})
+	}
 	wg.Wait()
 	return nil
 }
@@ -327,6 +349,43 @@ func (v *View) ServedModels() []registry.Model {
 			out = append(out, m)
 		}
 	}
+	return out
+}
+
+// Workers lists the live worker replicas serving name, sorted by worker
+// id: a registered model's own, or a published adapter's base's (whose
+// workers load the adapter). Nil without Options.Workers.
+func (v *View) Workers(name string) []registry.WorkerState {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	model := name
+	if _, ok := v.models.byID[name]; !ok {
+		if e, ok := v.entries.byID[name]; ok && e.kind == events.ModelKindAdapter && e.published > 0 {
+			model = e.base
+		}
+	}
+	var out []registry.WorkerState
+	for _, w := range v.workers.byID {
+		if w.Model == model {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b registry.WorkerState) int { return strings.Compare(a.WorkerID, b.WorkerID) })
+	return out
+}
+
+// AllWorkers lists every live worker replica, sorted by model and worker
+// id.
+func (v *View) AllWorkers() []registry.WorkerState {
+	v.mu.RLock()
+	out := v.workers.values()
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b registry.WorkerState) int {
+		if c := strings.Compare(a.Model, b.Model); c != 0 {
+			return c
+		}
+		return strings.Compare(a.WorkerID, b.WorkerID)
+	})
 	return out
 }
 

@@ -18,6 +18,7 @@ import (
 type fixture struct {
 	reg     *registry.Store
 	cat     *catalog.Store
+	workers *registry.Workers
 	mu      sync.Mutex
 	changes []directory.Change
 }
@@ -51,12 +52,20 @@ func setup(t *testing.T) *fixture {
 	if f.cat, err = catalog.Open(ctx, js); err != nil {
 		t.Fatal(err)
 	}
+	if f.workers, err = registry.OpenWorkers(ctx, js); err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 
 func (f *fixture) start(t *testing.T) *directory.View {
 	t.Helper()
-	v := directory.New(f.reg, f.cat, directory.Options{OnChange: func(c directory.Change) {
+	return f.startWith(t, directory.Options{})
+}
+
+func (f *fixture) startWith(t *testing.T, opts directory.Options) *directory.View {
+	t.Helper()
+	v := directory.New(f.reg, f.cat, directory.Options{Workers: opts.Workers, OnChange: func(c directory.Change) {
 		f.mu.Lock()
 		f.changes = append(f.changes, c)
 		f.mu.Unlock()
@@ -278,5 +287,41 @@ func TestNote(t *testing.T) {
 	v.NotePrice(registry.PriceHistory{Model: "m", Prices: []registry.Price{{OutputPerMTokUSD: 1}}})
 	if _, ok := v.Price("m"); !ok {
 		t.Fatal("price not there after NotePrice")
+	}
+}
+
+// A view built with Options.Workers follows the replicas' state; an
+// adapter is served by its base's replicas.
+func TestWorkers(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if err := f.reg.PutModel(ctx, registry.Model{Name: "base", Engine: engine}); err != nil {
+		t.Fatal(err)
+	}
+	f.adapter(t, "ad", "base", true)
+	put := func(model, id, state string) {
+		t.Helper()
+		if err := f.workers.Put(ctx, registry.WorkerState{Model: model, WorkerID: id, State: state}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("base", "w-2", registry.WorkerServing)
+	v := f.startWith(t, directory.Options{Workers: f.workers})
+	put("base", "w-1", registry.WorkerUnreachable)
+	put("other", "w-3", registry.WorkerServing)
+	eventually(t, func() bool { return len(v.AllWorkers()) == 3 }, "three replicas")
+	ws := v.Workers("ad")
+	if len(ws) != 2 || ws[0].WorkerID != "w-1" || ws[1].WorkerID != "w-2" || ws[0].State != registry.WorkerUnreachable {
+		t.Fatalf("Workers(adapter) = %+v", ws)
+	}
+	if !f.seen(directory.Change{Kind: directory.KindWorker, ID: "other\x00w-3"}) {
+		t.Error("no change reported for a new replica")
+	}
+	if err := f.workers.Delete(ctx, "base", "w-2"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return len(v.Workers("base")) == 1 }, "the deleted replica gone")
+	if plain := f.start(t); plain.Workers("base") != nil {
+		t.Error("a view without Options.Workers lists replicas")
 	}
 }

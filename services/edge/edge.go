@@ -306,6 +306,10 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	if err != nil {
 		return nil, err
 	}
+	workers, err := registry.OpenWorkers(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	kvs := map[string]jetstream.KeyValue{}
 	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles} {
 		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
@@ -321,7 +325,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	}
 	d := &domains{mux: http.NewServeMux(), closeFuncs: []func(){func() { _ = client.Close() }}}
 	// Revoking a key (on any replica) ends its requests in flight here.
-	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, OnChange: func(c directory.Change) {
+	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, Workers: workers, OnChange: func(c directory.Change) {
 		if c.Kind == directory.KindKey && c.Deleted {
 			d.inference.Revoke(c.ID)
 		}
