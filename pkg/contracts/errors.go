@@ -60,6 +60,15 @@ const (
 	// worker for another endpoint (the embedding subject family serves
 	// embeddings only).
 	CodeEndpointNotAllowed = "endpoint_not_allowed"
+	// CodeContextLengthExceeded (400): the prompt (with max_tokens) does
+	// not fit the model's context window; OpenAI's code, param "messages"
+	// (or "prompt"). Before the first byte the edge tries the model's
+	// fallbacks first.
+	CodeContextLengthExceeded = "context_length_exceeded"
+	// CodeUpstreamAuth (502): the engine or provider refused the engine
+	// API key aiforge holds for it: a platform misconfiguration, never the
+	// client's key.
+	CodeUpstreamAuth = "upstream_auth_failed"
 )
 
 // Error is an API error in OpenAI's shape with its HTTP status.

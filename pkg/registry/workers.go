@@ -61,12 +61,15 @@ type WorkerState struct {
 	MaxConcurrencyFrom string `json:"max_concurrency_from,omitempty"`
 	// InFlight is the requests the replica holds on engine slots, Queued
 	// those waiting for one, as of UpdatedAt.
-	InFlight    int       `json:"in_flight"`
-	Queued      int       `json:"queued"`
-	LastError   string    `json:"last_error,omitempty"`
-	LastErrorAt time.Time `json:"last_error_at,omitzero"`
-	StartedAt   time.Time `json:"started_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// ContextWindow is the context length the engine reports (llama-server
+	// /props n_ctx, vLLM max_model_len), 0 when it does not.
+	ContextWindow int       `json:"context_window,omitempty"`
+	InFlight      int       `json:"in_flight"`
+	Queued        int       `json:"queued"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
+	StartedAt     time.Time `json:"started_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Servable reports whether the replica takes requests.
