@@ -29,7 +29,7 @@ func TestOllamaFigures(t *testing.T) {
 	}
 	f := startOllamaFixture(t)
 	plain := fmt.Sprintf(chatFmt, 8, "")
-	stream := fmt.Sprintf(chatFmt, 8, `,"stream":true`)
+	stream := fmt.Sprintf(chatFmt, 8, `,"stream":true,"stream_options":{"include_usage":true}`)
 	viaURL, directURL := f.stack.url+"/v1/chat/completions", "http://"+f.engine.addr+"/v1/chat/completions"
 
 	timePlain := func(url, key, model string) (time.Duration, oaiUsage) {
@@ -41,7 +41,7 @@ func TestOllamaFigures(t *testing.T) {
 		}
 		return d, *decodeAnswer(t, url, b).Usage
 	}
-	timeFirstToken := func(url, key, model string) time.Duration {
+	timeFirstToken := func(url, key, model string) (time.Duration, oaiUsage) {
 		start := time.Now()
 		var first time.Duration
 		a := sseRead(context.Background(), url, key, fmt.Sprintf(stream, model), func(_ int, data string) {
@@ -51,19 +51,21 @@ func TestOllamaFigures(t *testing.T) {
 				}
 			}
 		})
-		if a.status != 200 || !a.done || first == 0 {
+		s := readStream(t, a.events)
+		if a.status != 200 || !a.done || first == 0 || s.usage == nil {
 			t.Fatalf("%s: stream %d done=%v %v", url, a.status, a.done, a.events)
 		}
-		return first
+		return first, *s.usage
 	}
 	// warm both paths (connections, the runner's prompt cache)
 	for i := 0; i < 3; i++ {
 		timePlain(viaURL, f.key, tinyServed)
 		timePlain(directURL, "", ollamaModel)
-		timeFirstToken(viaURL, f.key, tinyServed)
-		timeFirstToken(directURL, "", ollamaModel)
+		_, _ = timeFirstToken(viaURL, f.key, tinyServed)
+		_, _ = timeFirstToken(directURL, "", ollamaModel)
 	}
 	var pv, pd, sv, sd, addedPlain, addedTTFT []time.Duration
+	var last oaiUsage
 	for i := 0; i < pairs; i++ {
 		var v, d time.Duration
 		var uv, ud oaiUsage
@@ -79,13 +81,17 @@ func TestOllamaFigures(t *testing.T) {
 		}
 		pv, pd, addedPlain = append(pv, v), append(pd, d), append(addedPlain, v-d)
 		if i%2 == 0 {
-			v = timeFirstToken(viaURL, f.key, tinyServed)
-			d = timeFirstToken(directURL, "", ollamaModel)
+			v, uv = timeFirstToken(viaURL, f.key, tinyServed)
+			d, ud = timeFirstToken(directURL, "", ollamaModel)
 		} else {
-			d = timeFirstToken(directURL, "", ollamaModel)
-			v = timeFirstToken(viaURL, f.key, tinyServed)
+			d, ud = timeFirstToken(directURL, "", ollamaModel)
+			v, uv = timeFirstToken(viaURL, f.key, tinyServed)
+		}
+		if uv != ud {
+			t.Fatalf("pair %d: streamed usage through aiforge %+v, ollama's %+v", i, uv, ud)
 		}
 		sv, sd, addedTTFT = append(sv, v), append(sd, d), append(addedTTFT, v-d)
+		last = uv
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 	t.Logf("%d interleaved pairs, chat with 8 completion tokens, Ollama %s, tiny GGUF:", pairs, ollamaVersion)
@@ -93,7 +99,8 @@ func TestOllamaFigures(t *testing.T) {
 		ms(pct(pd, 50)), ms(pct(pv, 50)), ms(pct(addedPlain, 50)), ms(pct(addedPlain, 90)), float64(pct(pv, 50))/float64(pct(pd, 50)))
 	t.Logf("streamed TTFT p50: direct %s, through aiforge %s; added p50 of pairs %s (p90 %s); ratio %.2f",
 		ms(pct(sd, 50)), ms(pct(sv, 50)), ms(pct(addedTTFT, 50)), ms(pct(addedTTFT, 90)), float64(pct(sv, 50))/float64(pct(sd, 50)))
-	t.Logf("token counts: equal to the engine's in all %d non-streamed pairs", pairs)
+	t.Logf("token counts: equal to the engine's in all %d non-streamed and %d streamed pairs (prompt %d, completion %d)",
+		pairs, pairs, last.PromptTokens, last.CompletionTokens)
 }
 
 // pct is the p-th percentile (nearest rank) of ds.
