@@ -65,6 +65,16 @@ func ollamaBinary(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
+		// go test shows a t.Skip message only with -v (and nothing of a
+		// passing package in list mode): say it once on the terminal too
+		skipNoteOnce.Do(func() {
+			if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+				fmt.Fprintln(tty, "SKIPPING the real-engine e2e tests: "+msg)
+				_ = tty.Close()
+			} else {
+				fmt.Fprintln(os.Stderr, "SKIPPING the real-engine e2e tests: "+msg)
+			}
+		})
 		t.Skip("SKIPPING: " + msg)
 	}
 	if v := ollamaBinaryVersion(bin); v != ollamaVersion {
@@ -97,6 +107,8 @@ func ollamaBinaryVersion(bin string) string {
 	}
 	return bi.Main.Version
 }
+
+var skipNoteOnce sync.Once
 
 func isExecutable(p string) bool {
 	fi, err := os.Stat(p)
