@@ -601,6 +601,15 @@ func TestOllamaRealEngine(t *testing.T) {
 		}
 		checkUsage(t, "completions stream usage", v.usage, d.usage)
 		checkEvent(t, "completions stream usage", f.usageOf(t, via.header.Get("X-Request-Id")), events.EndpointCompletions, true, *d.usage)
+		// OpenAI: "All other chunks will also include a usage field, but with
+		// a null value." Ollama sends zeros on every completion chunk.
+		for _, e := range via.events {
+			if a := decodeAnswer(t, "chunk", []byte(e)); len(a.Choices) > 0 && a.Usage != nil {
+				// TODO(issue 12, engine protocol robustness: normalise usage
+				// layouts): remove the skip once aiforge nulls these.
+				t.Skipf("KNOWN BUG: a completion chunk with choices carries Ollama's usage %+v through aiforge: %s", *a.Usage, e)
+			}
+		}
 	})
 
 	t.Run("embeddings", func(t *testing.T) {
@@ -652,6 +661,45 @@ func TestOllamaRealEngine(t *testing.T) {
 			t.Fatalf("got %d %s, want an OpenAI-shaped 4xx/5xx", st, body)
 		}
 		t.Logf("misnamed upstream: %d %s", st, body)
+	})
+
+	t.Run("client gone mid-stream", func(t *testing.T) {
+		// a client that goes away mid-stream stops the engine's generation
+		// (Ollama's handler returns, which its access log records) and is
+		// metered as canceled
+		// (a completion: the last one ended subtests ago, so its log line is in)
+		handled := func() int {
+			b, _ := os.ReadFile(f.engine.logf.Name())
+			return strings.Count(string(b), `POST     "/v1/completions"`)
+		}
+		before := handled()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		body := fmt.Sprintf(fmt.Sprintf(compFmt, 1000000, `,"stream":true`), tinyServed)
+		a := sseRead(ctx, f.stack.url+"/v1/completions", f.key, body, func(i int, _ string) {
+			if i == 5 {
+				cancel()
+			}
+		})
+		if a.status != 200 || a.done {
+			t.Fatalf("stream: %d done=%v", a.status, a.done)
+		}
+		eventually(t, 30*time.Second, func() bool { return handled() > before }, "ollama to end the abandoned generation")
+		u := f.usageOf(t, a.header.Get("X-Request-Id"))
+		if u.Status != events.UsageStatusCanceled {
+			t.Fatalf("usage of the abandoned stream: %+v, want canceled", u)
+		}
+		t.Logf("usage of the abandoned stream: %+v", u)
+		// The client got 6 chunks, one token each: at least that much is owed.
+		if u.CompletionTokens < 6 || !u.Estimated {
+			// TODO(issue 12, engine protocol robustness): Ollama puts
+			// "usage":{"prompt_tokens":0,"completion_tokens":0,...} on every
+			// completion chunk once include_usage is on (the worker turns it
+			// on upstream); the worker takes each as the engine's own count,
+			// so an abandoned completion stream is metered 0 tokens, not
+			// estimated. Fail here once that is fixed upstream of this suite.
+			t.Skipf("KNOWN BUG: abandoned completion stream metered %d completion tokens (estimated=%v) after 6 chunks", u.CompletionTokens, u.Estimated)
+		}
 	})
 
 	t.Run("engine killed mid-stream", func(t *testing.T) {
