@@ -76,6 +76,12 @@ func (e *Env) Close() { e.close() }
 
 // Setup starts the simulator and aiforge and waits until the model answers.
 func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
+	return SetupEngine(ctx, progress, enginesim.Config{})
+}
+
+// SetupEngine is Setup with the simulator configured by sim (its Models are
+// set by the bench).
+func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) (*Env, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -85,7 +91,8 @@ func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
 			closers[i]()
 		}
 	}
-	_, engineURL, closeSim, err := enginesim.Start(enginesim.Config{Models: []string{"bench-upstream"}})
+	sim.Models = []string{"bench-upstream"}
+	_, engineURL, closeSim, err := enginesim.Start(sim)
 	if err != nil {
 		return nil, err
 	}

@@ -292,7 +292,7 @@ func TestStreamFields(t *testing.T) {
 	cfg := modelFor("served", "up", base)
 	cfg.Engine.APIKey = key
 	h.startWorker(cfg)
-	run := func(include bool) ([][]byte, error, *events.UsageRecordedV1) {
+	run := func(include bool) ([][]byte, *events.UsageRecordedV1, error) {
 		body := streamed(chatBody)
 		if include {
 			body = withUsage(body)
@@ -300,14 +300,14 @@ func TestStreamFields(t *testing.T) {
 		req := newReq("served", events.EndpointChatCompletions, true, include, body)
 		frames, _, err := h.do(testCtx(t), req)
 		ev, _ := h.usageEvent(req.Tenant)
-		return frames, err, &ev
+		return frames, &ev, err
 	}
 
 	t.Run("comments, id, retry and other events are not chunks", func(t *testing.T) {
 		answer = ": ping\n\nretry: 3000\n\nid: 1\nevent: message\ndata: " + chunk + "\n\n: ping\r\n\r\nid: 2\r\ndata: " + chunk + "\r\n\r\n" +
 			`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` +
 			"\n\ndata: [DONE]\n\n"
-		frames, err, ev := run(true)
+		frames, ev, err := run(true)
 		if err != nil || len(frames) != 3 || ev.Status != events.UsageStatusOK || ev.CompletionTokens != 2 || ev.PromptTokens != 3 {
 			t.Fatalf("err %v, frames %q, event %+v", err, frames, ev)
 		}
@@ -319,7 +319,7 @@ func TestStreamFields(t *testing.T) {
 	})
 	t.Run("an error object as data, numeric code, key echoed", func(t *testing.T) {
 		answer = "data: " + chunk + "\n\n" + `data: {"error":{"code":500,"message":"upstream http://user:pw@10.0.0.1/x said Bearer ` + key + ` is bad","type":"server_error"}}` + "\n\n"
-		frames, err, ev := run(false)
+		frames, ev, err := run(false)
 		be, e := apiError(t, err)
 		if len(frames) != 1 || !be.AfterData || e.Code != contracts.CodeEngineError || ev.Status != events.UsageStatusError {
 			t.Fatalf("%d frames, error %+v, event %+v", len(frames), e, ev)
@@ -330,14 +330,14 @@ func TestStreamFields(t *testing.T) {
 	})
 	t.Run("event: error without data", func(t *testing.T) {
 		answer = "data: " + chunk + "\n\nevent: error\n\n"
-		_, err, ev := run(false)
+		_, ev, err := run(false)
 		if _, e := apiError(t, err); e.Code != contracts.CodeEngineError || ev.Status != events.UsageStatusError {
 			t.Fatalf("error %+v, event %+v", e, ev)
 		}
 	})
 	t.Run("an error line the engine closes the stream after", func(t *testing.T) {
 		answer = `error: {"code":400,"message":"Cannot use tools with stream","type":"invalid_request_error"}`
-		frames, err, ev := run(false)
+		frames, ev, err := run(false)
 		be, e := apiError(t, err)
 		if len(frames) != 0 || be.Status != 400 || be.Retryable || e.Code != contracts.CodeInvalidRequest ||
 			e.Message != "Cannot use tools with stream" || ev.ErrorCode != contracts.CodeInvalidRequest {
@@ -346,7 +346,7 @@ func TestStreamFields(t *testing.T) {
 	})
 	t.Run("a stream without [DONE] still fails", func(t *testing.T) {
 		answer = "data: " + chunk + "\n\n"
-		_, err, ev := run(false)
+		_, ev, err := run(false)
 		if _, e := apiError(t, err); e.Code != contracts.CodeEngineError || ev.Status != events.UsageStatusError {
 			t.Fatalf("error %+v, event %+v", e, ev)
 		}
