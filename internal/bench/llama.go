@@ -16,7 +16,7 @@ const EngineLlamaLike = "llama-like"
 
 // LlamaReport holds the figures of a run against a llama-like engine (headers
 // and body in separate writes, no TCP_NODELAY), non-streamed, concurrency 1,
-// all four paths interleaved.
+// the paths taking turns in bursts.
 type LlamaReport struct {
 	Requests int
 	Tokens   int
@@ -39,7 +39,7 @@ type LlamaReport struct {
 // Print writes the report as a table.
 func (r LlamaReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "llama-like engine (headers and body in separate writes, TCP_NODELAY off), non-streamed chat of %d tokens,\n", r.Tokens)
-	fmt.Fprintf(w, "concurrency 1, %d requests per path, interleaved\n\n", r.Requests)
+	fmt.Fprintf(w, "concurrency 1, %d requests per path, the paths taking turns in bursts of back-to-back calls\n\n", r.Requests)
 	fmt.Fprintf(w, "%-46s %10s %10s\n", "path", "p50", "p99")
 	row := func(name string, s Series) { fmt.Fprintf(w, "%-46s %10s %10s\n", name, us(s.P50), us(s.P99)) }
 	row("direct, ordinary Go client", r.Direct)
@@ -59,7 +59,7 @@ func (r LlamaReport) Print(w io.Writer) {
 
 // RunLlama measures non-streamed calls against the simulator's llama-like
 // mode: direct with an ordinary client, direct with quick ACKs, direct as a
-// stream read whole (both clients), and through aiforge, interleaved.
+// stream read whole (both clients), and through aiforge, taking turns.
 func RunLlama(ctx context.Context, o Options) (LlamaReport, error) {
 	if o.Requests == 0 {
 		o.Requests = 200
@@ -76,41 +76,49 @@ func RunLlama(ctx context.Context, o Options) (LlamaReport, error) {
 		return rep, err
 	}
 	defer env.Close()
-	plain := env.Direct
-	plain.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
-	quick := env.Direct
-	quick.hc = worker.NewHTTPClient()
-	gw := env.Gateway
+	ordinary := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}}
+	}
+	direct := func(hc *http.Client) target { t := env.Direct; t.hc = hc; return t }
 	paths := []struct {
 		t      target
 		stream bool
 		out    *Series
 	}{
-		{plain, false, &rep.Direct},
-		{quick, false, &rep.DirectQuickAck},
-		{plain, true, &rep.DirectStream},
-		{quick, true, &rep.DirectStreamQuickAck},
-		{gw, false, &rep.Aiforge},
+		{direct(ordinary()), false, &rep.Direct},
+		{direct(worker.NewHTTPClient()), false, &rep.DirectQuickAck},
+		{direct(ordinary()), true, &rep.DirectStream},
+		{direct(worker.NewHTTPClient()), true, &rep.DirectStreamQuickAck},
+		{env.Gateway, false, &rep.Aiforge},
 	}
-	for i := 0; i < 20; i++ { // warm connections and pools
-		for _, p := range paths {
+	for _, p := range paths { // warm connections and pools
+		for i := 0; i < 5; i++ {
 			if _, err := p.t.Call(p.stream, o.Tokens); err != nil {
 				return rep, err
 			}
 		}
 	}
-	fmt.Fprintf(o.Progress, "llama-like engine: %d non-streamed requests per path, 5 paths interleaved ...\n", o.Requests)
+	// Bursts of back-to-back calls per path, the paths taking turns: a
+	// connection idle for longer than the delayed-ACK timeout ACKs at once,
+	// so interleaving single calls would hide the stall. The first call of
+	// each burst (after the other paths' turns) is not counted.
+	const burst = 10
+	fmt.Fprintf(o.Progress, "llama-like engine: %d non-streamed requests per path, 5 paths taking turns in bursts of %d ...\n", o.Requests, burst)
 	ds := make([][]time.Duration, len(paths))
-	for i := 0; i < o.Requests; i++ {
+	for len(ds[0]) < o.Requests {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
 		for j, p := range paths {
-			d, err := p.t.Call(p.stream, o.Tokens)
-			if err != nil {
-				return rep, err
+			for i := 0; i <= burst; i++ {
+				d, err := p.t.Call(p.stream, o.Tokens)
+				if err != nil {
+					return rep, err
+				}
+				if i > 0 && len(ds[j]) < o.Requests {
+					ds[j] = append(ds[j], d)
+				}
 			}
-			ds[j] = append(ds[j], d)
 		}
 	}
 	for j, p := range paths {
