@@ -413,3 +413,39 @@ func TestEngineErrorBodies(t *testing.T) {
 		})
 	}
 }
+
+// vLLM's continuous_usage_stats: usage on every chunk, as the client asked.
+func TestContinuousUsageKept(t *testing.T) {
+	h := newHarness(t)
+	u := func(n int) string {
+		return `,"usage":{"prompt_tokens":3,"completion_tokens":` + string(rune('0'+n)) + `,"total_tokens":9}}`
+	}
+	c := strings.TrimSuffix(chunk, "}")
+	base := fakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(w, "data: "+c+u(1)+"\n\ndata: "+c+u(2)+"\n\ndata: [DONE]\n\n")
+	})
+	h.startWorker(modelFor("served", "up", base))
+	for _, continuous := range []bool{false, true} {
+		body := withUsage(streamed(chatBody))
+		if continuous {
+			body = strings.Replace(body, `"include_usage":true`, `"include_usage":true,"continuous_usage_stats":true`, 1)
+		}
+		req := newReq("served", events.EndpointChatCompletions, true, true, body)
+		frames, _, err := h.do(testCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withUsage := 0
+		for _, f := range frames {
+			if bytes.Contains(f, []byte(`"usage":{`)) {
+				withUsage++
+			}
+		}
+		if continuous && (len(frames) != 2 || withUsage != 2) || !continuous && (len(frames) != 3 || withUsage != 1) {
+			t.Fatalf("continuous %v: frames %q", continuous, frames)
+		}
+		if ev, _ := h.usageEvent(req.Tenant); ev.CompletionTokens != 2 || ev.PromptTokens != 3 {
+			t.Fatalf("event %+v", ev)
+		}
+	}
+}

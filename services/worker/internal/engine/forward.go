@@ -276,6 +276,9 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 	}()
 	st := stream{ec: ec, c: c, w: w, bufs: bufs, firstToken: firstToken}
 	includeUsage := c.Req.IncludeUsage
+	// vLLM's continuous_usage_stats asks for usage on every chunk: the
+	// client gets the engine's layout as it is.
+	continuous := includeUsage && continuousUsage(c.Req.Body)
 	pending := false // bufs.pending holds a usage chunk to send before [DONE]
 	for {
 		ev, err := rd.Next()
@@ -318,6 +321,7 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 					continue // the usage-only chunk the client did not ask for
 				case len(chunk.Choices) == 0:
 					pending = false // the engine's own usage chunk, in OpenAI's layout
+				case continuous:
 				default:
 					// Usage on a chunk with choices (llama-server): the
 					// choices go now, the usage in its own chunk at the end.
@@ -334,6 +338,22 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 			return
 		}
 	}
+}
+
+var continuousKey = []byte(`"continuous_usage_stats"`)
+
+// continuousUsage reports whether a request's stream_options ask for
+// continuous_usage_stats (vLLM: usage on every chunk).
+func continuousUsage(body []byte) bool {
+	if !bytes.Contains(body, continuousKey) {
+		return false
+	}
+	var req struct {
+		StreamOptions *struct {
+			Continuous bool `json:"continuous_usage_stats"`
+		} `json:"stream_options"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.StreamOptions != nil && req.StreamOptions.Continuous
 }
 
 // send forwards one chunk with the served model name put in; false means
