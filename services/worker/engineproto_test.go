@@ -231,6 +231,7 @@ func TestEngineErrorMapping(t *testing.T) {
 		{"ollama 500", enginesim.StyleOllama, enginesim.Failure{Mode: enginesim.FailBeforeFirstToken, Status: 500}, "", chatBody, 502, contracts.CodeEngineError, "", 2},
 		{"llama 503", enginesim.StyleLlama, enginesim.Failure{Mode: enginesim.FailBeforeFirstToken, Status: 503}, "", chatBody, 502, contracts.CodeEngineError, "", 2},
 		{"vllm 429", enginesim.StyleVLLM, enginesim.Failure{Mode: enginesim.FailBeforeFirstToken, Status: 429}, "", chatBody, 429, contracts.CodeOverloaded, "", 2},
+		{"connection closed before headers", enginesim.StyleOpenAI, enginesim.Failure{Mode: enginesim.FailDisconnect}, "", chatBody, 502, contracts.CodeEngineError, "", 2},
 		{"llama error line before data", enginesim.StyleLlama, enginesim.Failure{Mode: enginesim.FailErrorLine, Status: 400}, "", streamed(chatBody), 400, contracts.CodeInvalidRequest, "", 1},
 		{"llama error line 503", enginesim.StyleLlama, enginesim.Failure{Mode: enginesim.FailErrorLine, Status: 503}, "", streamed(chatBody), 502, contracts.CodeEngineError, "", 2},
 	} {
