@@ -101,6 +101,12 @@ var contextPhrases = []string{
 	"exceeds the maximum context",
 	"input length exceeds",
 	"context window",
+	"too long to fit into the model",         // vLLM
+	"longer than the maximum model length",   // vLLM
+	"longer than the model's context length", // SGLang
+	"is too large to process",                // llama-server embeddings (batch size)
+	"tokens + `max_new_tokens` must be <=",   // TGI
+	"prompt is too long",                     // Anthropic
 }
 
 func (e engineError) contextOverflow() bool {

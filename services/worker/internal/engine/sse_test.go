@@ -80,6 +80,10 @@ func TestParseEngineError(t *testing.T) {
 		{`{"error":"Input validation error","error_type":"validation"}`, engineError{Message: "Input validation error", Type: "validation"}, false},
 		{`{"error":{"message":"x","code":"429"}}`, engineError{Message: "x", Status: 429}, false},
 		{`{"detail":"Not Found"}`, engineError{Message: "Not Found"}, false},
+		{`{"error":{"object":"error","message":"The prompt (total length 6287) is too long to fit into the model (context length 4096).","type":"BadRequestError","param":null,"code":400}}`,
+			engineError{Message: "The prompt (total length 6287) is too long to fit into the model (context length 4096).", Type: "BadRequestError", Status: 400}, true},
+		{`{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}`,
+			engineError{Message: "The input (5000 tokens) is longer than the model's context length (4096 tokens).", Type: "BadRequestError", Status: 400}, true},
 	} {
 		got, ok := parseEngineError([]byte(tc.body))
 		if !ok || got != tc.want || got.contextOverflow() != tc.ctx {
@@ -127,4 +131,24 @@ func TestMapEngineError(t *testing.T) {
 
 func engineWithKey(k string) registry.Engine {
 	return registry.Engine{BaseURL: "http://127.0.0.1:1/v1", Model: "up", APIKey: k}
+}
+
+// FuzzSSEReader: any input ends (EOF or an error) without a panic, and the
+// events' payloads are within the input.
+func FuzzSSEReader(f *testing.F) {
+	for _, s := range []string{"data: a\n\n", "error: {}\n\ndata: [DONE]\n\n", "event: error\ndata: x\n\n", ": c\nid: 1\nretry: 2\n\n", "data: a\r\n", "error: x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		rd := newSSEReader(strings.NewReader(in))
+		for i := 0; ; i++ {
+			ev, err := rd.Next()
+			if err != nil {
+				return
+			}
+			if len(ev.data) > len(in) || i > len(in) {
+				t.Fatalf("event %q from %q", ev.data, in)
+			}
+		}
+	})
 }
