@@ -15,10 +15,11 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // two writes with Nagle's algorithm on (no TCP_NODELAY): the body waits
 // until the headers are ACKed. On a kept-alive connection Linux delays
 // that ACK (up to 40 ms) because the connection looks interactive, so
-// every non-streamed call paid the delay. TCP_QUICKACK is not sticky: the
-// kernel leaves quick-ACK mode again on its own, so it is set after every
-// write (a request is what puts the connection back in delayed-ACK mode)
-// and before and after every read (which pushes out an ACK still pending).
+// every non-streamed call paid the delay. TCP_QUICKACK is not sticky: a
+// write puts the connection back in delayed-ACK (ping-pong) mode, so it is
+// set after every write, and again around the first read after a write
+// (the answer's headers; after a read it pushes out an ACK still pending).
+// Later reads of a stream need none: the connection sends nothing then.
 func QuickAck(dial DialFunc) DialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
