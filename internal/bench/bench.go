@@ -68,7 +68,9 @@ func us(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microse
 // usage on) with one model bound to the simulator.
 type Env struct {
 	Direct, Gateway target
-	close           func()
+	// Sim is the engine simulator.
+	Sim   *enginesim.Sim
+	close func()
 }
 
 // Close stops everything Setup started.
@@ -92,7 +94,7 @@ func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) 
 		}
 	}
 	sim.Models = []string{"bench-upstream"}
-	_, engineURL, closeSim, err := enginesim.Start(sim)
+	engine, engineURL, closeSim, err := enginesim.Start(sim)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +142,7 @@ func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) 
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
 	env := &Env{
+		Sim:     engine,
 		Direct:  target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
 		Gateway: target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
 		close:   cleanup,
