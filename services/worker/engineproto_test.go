@@ -345,6 +345,13 @@ func TestStreamFields(t *testing.T) {
 			t.Fatalf("error %+v %+v, event %+v", be, e, ev)
 		}
 	})
+	t.Run("empty data fields are skipped", func(t *testing.T) {
+		answer = "data:\n\ndata: " + chunk + "\n\ndata: \n\ndata: [DONE]\n\n"
+		frames, ev, err := run(false)
+		if err != nil || len(frames) != 1 || ev.Status != events.UsageStatusOK {
+			t.Fatalf("err %v, frames %q", err, frames)
+		}
+	})
 	t.Run("a stream without [DONE] still fails", func(t *testing.T) {
 		answer = "data: " + chunk + "\n\n"
 		_, ev, err := run(false)
@@ -352,6 +359,31 @@ func TestStreamFields(t *testing.T) {
 			t.Fatalf("error %+v, event %+v", e, ev)
 		}
 	})
+}
+
+// A stream request answered with JSON: the engine's error, or a failure.
+func TestStreamAnsweredWithJSON(t *testing.T) {
+	h := newHarness(t)
+	var answer string
+	base := fakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	})
+	h.startWorker(modelFor("served", "up", base))
+	for _, tc := range []struct{ answer, code string }{
+		{`{"error":{"code":400,"message":"Cannot use tools with stream","type":"invalid_request_error"}}`, contracts.CodeInvalidRequest},
+		{`{"id":"x","object":"chat.completion","choices":[]}`, contracts.CodeEngineError},
+	} {
+		answer = tc.answer
+		req := newReq("served", events.EndpointChatCompletions, true, false, streamed(chatBody))
+		_, _, err := h.do(testCtx(t), req)
+		if _, e := apiError(t, err); e.Code != tc.code {
+			t.Fatalf("%s: %+v", tc.answer, e)
+		}
+		if ev, _ := h.usageEvent(req.Tenant); ev.Status != events.UsageStatusError || ev.ErrorCode != tc.code {
+			t.Fatalf("event %+v", ev)
+		}
+	}
 }
 
 func TestEngineErrorBodies(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +152,10 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 		return
 	}
 	if c.Stream {
+		if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+			ec.unexpectedWhole(ctx, c, w, resp)
+			return
+		}
 		ec.relayStream(ctx, c, w, resp.Body, firstToken)
 		return
 	}
@@ -166,6 +171,21 @@ func (ec *Client) engineStatus(ctx context.Context, c *Call, w *bridge.ResponseW
 		return
 	}
 	ec.engineError(c, w, resp.StatusCode, body)
+}
+
+// unexpectedWhole answers a stream request the engine answered with JSON
+// instead of an event stream: an error object (some engines answer errors
+// with 200), or a failure.
+func (ec *Client) unexpectedWhole(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if err != nil && c.interrupted(ctx, w) {
+		return
+	}
+	if isErrorEvent(body) {
+		ec.engineError(c, w, 0, body)
+		return
+	}
+	c.engineFailure(w, "The engine answered a stream request with a JSON body, not an event stream.")
 }
 
 // engineError fails the call with the engine's error (status 0: one
@@ -294,6 +314,9 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 			return
 		}
 		p := ev.data
+		if len(p) == 0 && !ev.error {
+			continue // an empty data field: nothing to forward
+		}
 		if ev.error || isErrorEvent(p) {
 			ec.engineError(c, w, 0, p)
 			return
