@@ -122,6 +122,18 @@ func (e engineError) contextOverflow() bool {
 	return false
 }
 
+// passCodes are the string codes of an engine's 4xx passed on as they are
+// (OpenAI's own); any other becomes invalid_request.
+var passCodes = map[string]bool{
+	contracts.CodeInvalidRequest: true, contracts.CodeInvalidJSON: true, contracts.CodeMissingParam: true,
+	contracts.CodeInvalidType: true, contracts.CodeBodyTooLarge: true,
+	"invalid_value": true, "unsupported_value": true, "unsupported_parameter": true, "unknown_parameter": true,
+	"invalid_prompt": true, "invalid_image_url": true, "invalid_image": true, "content_filter": true,
+	"string_above_max_length": true, "array_above_max_length": true, "empty_array": true,
+	"integer_above_max_value": true, "integer_below_min_value": true,
+	"decimal_above_max_value": true, "decimal_below_min_value": true,
+}
+
 // promptParam is the request field a context overflow is about.
 func promptParam(ep Endpoint) string {
 	switch ep {
@@ -195,8 +207,8 @@ func (ec *Client) mapEngineError(status int, body []byte, ep Endpoint) (*contrac
 		return contracts.ErrEngine(withMsg("The engine does not serve the upstream model or path (status 404); check the model's engine binding")), false
 	case status >= 400 && status < 500:
 		e := &contracts.Error{Status: status, Type: contracts.TypeInvalidRequest, Code: ee.Code, Param: ee.Param, Message: msg}
-		if e.Code == "" {
-			e.Code = contracts.CodeInvalidRequest
+		if !passCodes[e.Code] {
+			e.Code = contracts.CodeInvalidRequest // codes are metric labels: only known ones pass
 		}
 		if !shaped {
 			e.Message = withMsg("The engine rejected the request")

@@ -152,3 +152,15 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+func TestEngineCodesBounded(t *testing.T) {
+	ec := New(Config{Served: "s", RequestTimeout: 1, Engine: engineWithKey("")})
+	for body, want := range map[string]string{
+		`{"error":{"message":"m","code":"invalid_value","param":"temperature"}}`: "invalid_value",
+		`{"error":{"message":"m","code":"made_up_by_the_engine_42"}}`:            contracts.CodeInvalidRequest,
+	} {
+		if e, _ := ec.mapEngineError(400, []byte(body), Chat); e.Code != want {
+			t.Errorf("%s: code %q, want %q", body, e.Code, want)
+		}
+	}
+}
