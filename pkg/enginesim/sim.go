@@ -89,8 +89,8 @@ type FailureMode int
 const (
 	// FailNone disables failure injection.
 	FailNone FailureMode = iota
-	// FailBeforeFirstToken answers HTTP 500 with an OpenAI-shaped error body
-	// before any token.
+	// FailBeforeFirstToken answers HTTP Failure.Status (default 500) with
+	// an error body in the simulator's ErrorStyle before any token.
 	FailBeforeFirstToken
 	// FailAfterFirstToken, when streaming, sends Failure.AfterTokens tokens
 	// (default 1), then an SSE error event `data: {"error":{...}}` and ends the
