@@ -155,6 +155,11 @@ func (g *grant) objectStore(name string) *grant {
 // inbox lets an identity receive on its own inbox prefix only.
 func (g *grant) inbox(identity string) *grant { return g.s(InboxPrefix(identity) + ".>") }
 
+// bridgeReplies is every bridge reply subject of an identity's clients.
+func bridgeReplies(identity string) string {
+	return events.BridgeReplies(InboxPrefix(identity)) + ".>"
+}
+
 // Event subjects, one per event type and every key.
 func ev(typ string) string { return typ + ".*" }
 
@@ -198,17 +203,20 @@ func table() map[string]Permissions {
 	put(Edge, edge, nil)
 
 	// Workers answer inference and internal embedding calls (every frame
-	// goes to the request's reply subject, hence Responses without a
-	// message limit), take credits and
+	// goes to the request's reply subject, under the caller's
+	// events.BridgeReplies: a grant, so that the server tracks no reply
+	// subject per streamed request; pings are answered once, hence
+	// Responses of one message), take credits and
 	// cancels on their control subject, publish usage, and read the model
 	// bindings and the catalog. The only bucket they write is their own
 	// state (registry.WorkerState).
 	worker := (&grant{}).inbox(Worker).streamInfo().
 		s(inferAll, embedAll, inferCtlAll).
+		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever)).
 		p(ev(events.TypeUsageRecordedV2)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
 		kvWrite(events.BucketWorkers)
-	put(Worker, worker, &Responses{MaxMsgs: -1, Expires: time.Hour})
+	put(Worker, worker, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
 
 	// The usage service folds USAGE, settles budgets, answers usage
 	// queries, raises budget alerts and keeps its ledger snapshot.
