@@ -238,6 +238,11 @@ var permCases = []permCase{
 	{busauth.Embedder, "sub", "_INBOX_edge.bridge.>", false},
 	{busauth.Embedder, "pub", "_INBOX_edge.bridge.p.t", false},
 	{busauth.Edge, "pub", "_INBOX_embedder.bridge.p.t", false},
+	// The usage fold may ack its ordered consumer on USAGE (ignored), so
+	// the server need not track each delivery as a response; nothing else.
+	{busauth.Usage, "pub", "$JS.ACK.USAGE.c.1.2.3.4.5", true},
+	{busauth.Usage, "pub", "$JS.ACK.DOCS.ingest.1.2.3.4.5", false},
+	{busauth.Worker, "pub", "$JS.ACK.USAGE.c.1.2.3.4.5", false},
 	{busauth.Worker, "sub", ">", false},
 	// Usage events: workers and the edge record, the usage service reads.
 	{busauth.Worker, "pub", "aiforge.usage.recorded.v2.acme", true},

@@ -220,10 +220,15 @@ func table() map[string]Permissions {
 
 	// The usage service folds USAGE, settles budgets, answers usage
 	// queries, raises budget alerts and keeps its ledger snapshot.
+	// Its fold reads USAGE through an ordered consumer, whose messages carry
+	// a $JS.ACK reply subject: the grant to publish there (acks an
+	// ordered consumer ignores; USAGE has no durable to spoof) keeps the
+	// server from tracking each delivered event as an allowed response for
+	// two minutes, which it would under Responses.
 	usage := (&grant{}).inbox(Usage).streamInfo().
 		s(events.UsageQuery).
 		p(ev(events.TypeBudgetAlertV1)).
-		ordered(events.StreamUsage).
+		ordered(events.StreamUsage).p("$JS.ACK."+events.StreamUsage+".>").
 		kvWrite(events.BucketBudgets).
 		kvRead(registryBuckets...).kvRead(events.BucketCatalog, events.BucketDeployments).
 		objectStore(LedgerStore)
