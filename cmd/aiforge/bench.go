@@ -11,12 +11,18 @@ import (
 
 func benchCmd() *cobra.Command {
 	var o bench.Options
+	var soak bench.SoakOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if soak.Duration > 0 {
+				soak.Progress, soak.Tokens = os.Stderr, o.Tokens
+				_, err := bench.Soak(cmd.Context(), soak, cmd.OutOrStdout())
+				return err
+			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -29,5 +35,6 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.Concurrency, "concurrency", 32, "concurrency of the throughput runs")
 	c.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput run")
 	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
+	soak.AddFlags(c.Flags())
 	return c
 }
