@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -28,6 +29,9 @@ type SoakOptions struct {
 	Every       time.Duration
 	Idle        time.Duration
 	Concurrency int
+	// DirectFirst, when set, runs the same load straight to the simulator
+	// for this long before the soak and prints its CPU per request.
+	DirectFirst time.Duration
 	// StreamEvery makes every n-th request streamed (0: none).
 	StreamEvery int
 	Tokens      int
@@ -46,6 +50,7 @@ func (o *SoakOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Every, "soak-every", 10*time.Second, "soak: interval between memory samples")
 	fs.DurationVar(&o.Idle, "soak-idle", 30*time.Second, "soak: idle period after the load before the last sample")
 	fs.IntVar(&o.Concurrency, "soak-concurrency", 8, "soak: concurrent clients")
+	fs.DurationVar(&o.DirectFirst, "soak-direct", 5*time.Second, "soak: first drive the simulator directly for this long, for its CPU per request (0: skip)")
 	fs.IntVar(&o.StreamEvery, "soak-stream-every", 4, "soak: every n-th request is streamed (0: none)")
 	fs.StringVar(&o.HeapProfileDir, "heap-profile", "", "soak: write heap-start.pprof and heap-end.pprof into this directory")
 	fs.StringVar(&o.CPUProfile, "cpu-profile", "", "soak: write a CPU profile of the loaded period to this file")
@@ -63,6 +68,7 @@ type Sample struct {
 	HeapObjs   uint64
 	Goroutines int
 	GCs        uint32
+	CPU        time.Duration // user and system CPU time of the process so far
 }
 
 // SoakReport is every sample of a soak, the last one after the idle period.
@@ -71,18 +77,24 @@ type SoakReport struct {
 }
 
 func soakHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-10s %9s %7s %8s %9s %9s %9s %9s %10s %6s %5s\n",
-		"elapsed", "requests", "rps", "rss", "heap-live", "heap-use", "heap-idle", "released", "heap-objs", "gorout", "gcs")
+	fmt.Fprintf(w, "%-10s %9s %7s %8s %8s %9s %9s %9s %9s %10s %6s %5s\n",
+		"elapsed", "requests", "rps", "cpu/req", "rss", "heap-live", "heap-use", "heap-idle", "released", "heap-objs", "gorout", "gcs")
 }
 
-func (s Sample) print(w io.Writer, label string, rps float64) {
+// print writes s; rps and cpu/req are over the period since prev.
+func (s Sample) print(w io.Writer, label string, prev Sample) {
+	rps, cpu := 0.0, "-"
+	if n := s.Requests - prev.Requests; n > 0 {
+		rps = float64(n) / (s.Elapsed - prev.Elapsed).Seconds()
+		cpu = fmt.Sprintf("%dus", ((s.CPU - prev.CPU) / time.Duration(n)).Microseconds())
+	}
 	mb := func(b uint64) string { return fmt.Sprintf("%.1fMB", float64(b)/(1<<20)) }
 	el := s.Elapsed.Truncate(time.Second).String()
 	if label != "" {
 		el = label
 	}
-	fmt.Fprintf(w, "%-10s %9d %7.0f %8s %9s %9s %9s %9s %10d %6d %5d\n",
-		el, s.Requests, rps, mb(s.RSS), mb(s.HeapLive), mb(s.HeapInuse), mb(s.HeapIdle), mb(s.Released), s.HeapObjs, s.Goroutines, s.GCs)
+	fmt.Fprintf(w, "%-10s %9d %7.0f %8s %8s %9s %9s %9s %9s %10d %6d %5d\n",
+		el, s.Requests, rps, cpu, mb(s.RSS), mb(s.HeapLive), mb(s.HeapInuse), mb(s.HeapIdle), mb(s.Released), s.HeapObjs, s.Goroutines, s.GCs)
 }
 
 func sample(start time.Time, requests int64) Sample {
@@ -100,11 +112,50 @@ func sample(start time.Time, requests int64) Sample {
 		HeapObjs:   ms.HeapObjects,
 		Goroutines: runtime.NumGoroutine(),
 		GCs:        ms.NumGC,
+		CPU:        cpuTime(),
 	}
 	if live[0].Value.Kind() == metrics.KindUint64 {
 		s.HeapLive = live[0].Value.Uint64()
 	}
 	return s
+}
+
+// cpuTime is the user and system CPU time this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// load drives o.Concurrency clients against t for d (or until ctx ends),
+// counting answers in served; the first error stops it.
+func load(ctx context.Context, t target, o SoakOptions, d time.Duration, served *atomic.Int64) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for i := 0; i < o.Concurrency; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for n := i; ctx.Err() == nil; n++ {
+				stream := o.StreamEvery > 0 && n%o.StreamEvery == 0
+				if _, err := t.Call(stream, o.Tokens); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					cancel()
+					return
+				}
+				served.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return e
+	}
+	return nil
 }
 
 // vmRSS is this process's resident set in bytes (0 where /proc is absent).
@@ -186,33 +237,30 @@ func Soak(ctx context.Context, o SoakOptions, w io.Writer) (SoakReport, error) {
 		}
 		defer f.Close()
 	}
+	// The same load straight to the simulator first: the CPU a request
+	// costs the load generator and the simulator, to subtract from the
+	// soak's cpu/req (they share this process with aiforge).
+	if o.DirectFirst > 0 {
+		var n atomic.Int64
+		t0, c0 := time.Now(), cpuTime()
+		if err := load(ctx, env.Direct, o, o.DirectFirst, &n); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(w, "direct to the simulator for %s: %.0f rps, %dus cpu/req\n", o.DirectFirst,
+			float64(n.Load())/time.Since(t0).Seconds(), ((cpuTime() - c0) / time.Duration(max(n.Load(), 1))).Microseconds())
+	}
 	fmt.Fprintf(o.Progress, "soak: %s at concurrency %d (every %d-th streamed), then %s idle ...\n", o.Duration, o.Concurrency, o.StreamEvery, o.Idle)
 
 	var served atomic.Int64
-	var firstErr atomic.Value
-	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
+	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	var wg sync.WaitGroup
-	for i := 0; i < o.Concurrency; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			for n := i; loadCtx.Err() == nil; n++ {
-				stream := o.StreamEvery > 0 && n%o.StreamEvery == 0
-				if _, err := gw.Call(stream, o.Tokens); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					stopLoad()
-					return
-				}
-				served.Add(1)
-			}
-		}(i)
-	}
+	loadErr := make(chan error, 1)
+	go func() { loadErr <- load(loadCtx, gw, o, o.Duration, &served); stopLoad() }()
 
 	start := time.Now()
 	soakHeader(w)
 	first := sample(start, 0)
-	first.print(w, "", 0)
+	first.print(w, "", first)
 	rep.Samples = append(rep.Samples, first)
 	tick := time.NewTicker(o.Every)
 	prev := first
@@ -223,21 +271,21 @@ loaded:
 			break loaded
 		case <-tick.C:
 			s := sample(start, served.Load())
-			s.print(w, "", float64(s.Requests-prev.Requests)/(s.Elapsed-prev.Elapsed).Seconds())
+			s.print(w, "", prev)
 			rep.Samples = append(rep.Samples, s)
 			prev = s
 		}
 	}
 	tick.Stop()
-	wg.Wait()
+	err = <-loadErr
 	if o.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}
-	if e, ok := firstErr.Load().(error); ok {
-		return rep, e
+	if err != nil {
+		return rep, err
 	}
 	s := sample(start, served.Load())
-	s.print(w, "load end", float64(s.Requests)/s.Elapsed.Seconds())
+	s.print(w, "load end", first)
 	rep.Samples = append(rep.Samples, s)
 	if o.Idle > 0 {
 		select {
@@ -246,7 +294,7 @@ loaded:
 		case <-time.After(o.Idle):
 		}
 		s = sample(start, served.Load())
-		s.print(w, "idle "+o.Idle.String(), 0)
+		s.print(w, "idle "+o.Idle.String(), s)
 		rep.Samples = append(rep.Samples, s)
 	}
 	if o.HeapProfileDir != "" {
@@ -254,7 +302,7 @@ loaded:
 			return rep, err
 		}
 		s = sample(start, served.Load())
-		s.print(w, "after GC", 0)
+		s.print(w, "after GC", s)
 		rep.Samples = append(rep.Samples, s)
 		fmt.Fprintf(o.Progress, "heap profiles in %s: go tool pprof -base %s %s\n", o.HeapProfileDir,
 			filepath.Join(o.HeapProfileDir, "heap-start.pprof"), filepath.Join(o.HeapProfileDir, "heap-end.pprof"))
