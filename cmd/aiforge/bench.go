@@ -13,12 +13,18 @@ import (
 func benchCmd() *cobra.Command {
 	var o bench.Options
 	var engine string
+	var soak bench.SoakOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if soak.Duration > 0 {
+				soak.Progress, soak.Tokens = os.Stderr, o.Tokens
+				_, err := bench.Soak(cmd.Context(), soak, cmd.OutOrStdout())
+				return err
+			}
 			switch engine {
 			case "sim":
 			case bench.EngineLlamaLike:
@@ -47,5 +53,6 @@ func benchCmd() *cobra.Command {
 	c.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput run")
 	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
 	c.Flags().StringVar(&engine, "engine", "sim", "engine simulator mode: sim, or llama-like (headers and body in separate writes without TCP_NODELAY; non-streamed latency, direct vs aiforge; default 200 requests)")
+	soak.AddFlags(c.Flags())
 	return c
 }
