@@ -421,7 +421,7 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	pp.add(price, "")
-	c.AddCommand(register, list, price, del)
+	c.AddCommand(register, list, modelsStatusCmd(), price, del)
 	c.AddCommand(modelFlowCmds()...)
 	return c
 }
