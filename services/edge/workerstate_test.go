@@ -75,7 +75,7 @@ func TestModelStatusFromWorkerReplicas(t *testing.T) {
 	put(registry.WorkerState{WorkerID: "w-1", Model: "keyless", State: registry.WorkerServing, UpstreamVerified: true,
 		MaxConcurrency: 3, MaxConcurrencyFrom: "engine", ContextWindow: 4096, InFlight: 2, Queued: 1})
 	put(registry.WorkerState{WorkerID: "w-2", Model: "locked", State: registry.WorkerUnauthorized, UpstreamVerified: true,
-		LastError: "worker locked: engine refused the engine API key: an authenticated POST http://127.0.0.1:1/v1/chat/completions answered 401",
+		LastError:   "worker locked: engine refused the engine API key: an authenticated POST http://127.0.0.1:1/v1/chat/completions answered 401",
 		LastErrorAt: now})
 	put(registry.WorkerState{WorkerID: "w-3", Model: "mixed", EngineID: "a", State: registry.WorkerServing, UpstreamVerified: true})
 	put(registry.WorkerState{WorkerID: "w-4", Model: "mixed", EngineID: "b", State: registry.WorkerUnreachable, LastError: "connection refused"})

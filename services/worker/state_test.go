@@ -162,7 +162,9 @@ func TestStateWrongEngineKey(t *testing.T) {
 	h := newHarness(t)
 	const right, wrong = "sk-engine-RIGHT-41d2", "sk-engine-WRONG-93ab"
 	// Like llama-server with --api-key: /v1/models is open, the rest is not.
-	engineWith := func(key string) *enginesim.Sim { return enginesim.New(enginesim.Config{Models: []string{"up"}, APIKey: key}) }
+	engineWith := func(key string) *enginesim.Sim {
+		return enginesim.New(enginesim.Config{Models: []string{"up"}, APIKey: key})
+	}
 	eng := newSwapEngine(t, engineWith(right).With(enginesim.Flavor{OpenModels: true}))
 	cfg := modelFor("served", "up", eng.url)
 	cfg.Engine.APIKey = wrong
