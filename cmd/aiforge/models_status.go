@@ -109,7 +109,8 @@ func statusRows(ms []modelStatusOut, now time.Time) [][]string {
 			}
 			lastErr := "-"
 			if r.LastError != "" {
-				lastErr = r.LastError
+				// The worker names the model first; the row does already.
+				lastErr = strings.TrimPrefix(r.LastError, "worker "+r.Model+": ")
 				if !r.LastErrorAt.IsZero() {
 					lastErr += " (" + ago(now, r.LastErrorAt) + ")"
 				}

@@ -205,6 +205,20 @@ var (
 	ErrMisnamed     = errors.New("engine does not serve the upstream model")
 )
 
+// checkError is a check failure of a kind (ErrUnauthorized, ErrMisnamed)
+// whose message says it in its own words.
+type checkError struct {
+	kind error
+	err  error
+}
+
+func (e *checkError) Error() string   { return e.err.Error() }
+func (e *checkError) Unwrap() []error { return []error{e.kind, e.err} }
+
+func kindError(kind error, format string, args ...any) error {
+	return &checkError{kind: kind, err: fmt.Errorf(format, args...)}
+}
+
 // Report is what a full check (Verify) learned about the engine.
 type Report struct {
 	// UpstreamVerified: the engine lists the upstream model.
@@ -284,9 +298,9 @@ func (c *Client) listModels(ctx context.Context) (int, error) {
 	case resp.StatusCode >= 500:
 		return 0, fmt.Errorf("worker %s: %w: GET %s answered %d", served, ErrUnreachable, where, resp.StatusCode)
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return 0, fmt.Errorf("worker %s: %w: GET %s answered %d", served, ErrUnauthorized, where, resp.StatusCode)
+		return 0, kindError(ErrUnauthorized, "worker %s: engine refused the engine API key: GET %s answered %d", served, where, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
-		return 0, fmt.Errorf("worker %s: %w: GET %s answered %d; is the base URL right (it ends with /v1)?", served, ErrMisnamed, where, resp.StatusCode)
+		return 0, kindError(ErrMisnamed, "worker %s: GET %s answered %d; is the base URL right (it ends with /v1)?", served, where, resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
@@ -295,7 +309,7 @@ func (c *Client) listModels(ctx context.Context) (int, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return 0, fmt.Errorf("worker %s: %w: GET %s did not answer an OpenAI model list: %w", served, ErrMisnamed, where, err)
+		return 0, kindError(ErrMisnamed, "worker %s: GET %s did not answer an OpenAI model list: %w", served, where, err)
 	}
 	ids := make([]string, 0, len(list.Data))
 	for _, m := range list.Data {
@@ -308,8 +322,8 @@ func (c *Client) listModels(ctx context.Context) (int, error) {
 	if len(ids) > 0 {
 		listed = "[" + strings.Join(ids, ", ") + "]"
 	}
-	return 0, fmt.Errorf("worker %s: %w: engine at %s does not serve upstream model %q; it lists %s",
-		served, ErrMisnamed, RedactURL(c.cfg.Engine.BaseURL), c.cfg.Engine.Model, listed)
+	return 0, kindError(ErrMisnamed, "worker %s: engine at %s does not serve upstream model %q; it lists %s",
+		served, RedactURL(c.cfg.Engine.BaseURL), c.cfg.Engine.Model, listed)
 }
 
 // probeKey proves the engine key with an authenticated call that costs
@@ -336,7 +350,7 @@ func (c *Client) probeKey(ctx context.Context) (bool, error) {
 		case err != nil:
 			return false, fmt.Errorf("worker %s: %w: POST %s: %w", served, ErrUnreachable, where, err)
 		case status == http.StatusUnauthorized || status == http.StatusForbidden:
-			return false, fmt.Errorf("worker %s: %w: an authenticated POST %s answered %d", served, ErrUnauthorized, where, status)
+			return false, kindError(ErrUnauthorized, "worker %s: engine refused the engine API key: an authenticated POST %s answered %d", served, where, status)
 		case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
 			continue
 		case status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
