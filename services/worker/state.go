@@ -191,3 +191,11 @@ func (r *reporter) note(ctx context.Context, err error) {
 		r.log.Info("worker state reported again")
 	}
 }
+
+// The kinds of engine check failures a worker reports (errors.Is on the
+// error Hooks.OnCheckFailed and Hooks.OnUnhealthy get).
+var (
+	ErrEngineUnreachable  = engine.ErrUnreachable
+	ErrEngineUnauthorized = engine.ErrUnauthorized
+	ErrEngineMisnamed     = engine.ErrMisnamed
+)
