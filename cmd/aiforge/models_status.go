@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -154,5 +155,42 @@ func ago(now, t time.Time) string {
 		return fmt.Sprintf("%dm ago", int(d.Minutes()))
 	default:
 		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+}
+
+// waitServing polls the model's status until a replica serves (nil), a
+// replica reports a binding that cannot work (unauthorized, misnamed: an
+// error naming it), or wait passes (an error with the last error seen: an
+// unreachable engine may still be loading).
+func waitServing(cmd *cobra.Command, cl *cli.Client, name string, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+	defer cancel()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	why := func(m modelStatusOut) string {
+		for _, r := range m.Status.Replicas {
+			if r.LastError != "" {
+				return ": " + strings.TrimPrefix(r.LastError, "worker "+r.Model+": ")
+			}
+		}
+		return ""
+	}
+	var m modelStatusOut
+	for {
+		m = modelStatusOut{}
+		if err := cl.Do(ctx, "GET", "/admin/v1/models/"+escapeName(name), nil, &m); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if m.Status.Servable > 0 {
+			return nil
+		}
+		if s := m.Status.State; s == registry.WorkerUnauthorized || s == registry.WorkerMisnamed {
+			return fmt.Errorf("model %s is %s%s", name, s, why(m))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("model %s: no replica serves it after %s (state %s)%s", name, wait, m.Status.State, why(m))
+		case <-t.C:
+		}
 	}
 }

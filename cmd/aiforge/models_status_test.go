@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -63,5 +64,41 @@ func TestModelsStatus(t *testing.T) {
 	}
 	if paths[len(paths)-1] != "/admin/v1/models/org/locked" {
 		t.Fatalf("asked %v", paths)
+	}
+}
+
+func TestModelsRegisterWait(t *testing.T) {
+	state := "misnamed"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == "POST" {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"name":"chat","engine":{"base_url":"http://e/v1","model":"up"}}`))
+			return
+		}
+		servable := 0
+		if state == "serving" {
+			servable = 1
+		}
+		_, _ = w.Write([]byte(`{"name":"chat","engine":{"model":"up"},"status":{"state":"` + state + `","servable_replicas":` + strconv.Itoa(servable) +
+			`,"replicas":[{"worker_id":"w-1","model":"chat","state":"` + state + `","last_error":"worker chat: engine at http://e/v1 does not serve upstream model \"up\"; it lists [other]"}]}}`))
+	}))
+	defer srv.Close()
+	t.Setenv("AIFORGE_ADMIN_KEY", "ak-test")
+	register := func() (string, error) {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs([]string{"models", "register", "chat", "--base-url", "http://e/v1", "--upstream", "up", "--wait", "10s", "--url", srv.URL})
+		err := root.Execute()
+		return out.String(), err
+	}
+	if _, err := register(); err == nil || !strings.Contains(err.Error(), "model chat is misnamed: engine at http://e/v1 does not serve upstream model") {
+		t.Fatalf("register --wait on a misnamed engine: %v", err)
+	}
+	state = "serving"
+	if out, err := register(); err != nil || !strings.Contains(out, "model chat is serving") {
+		t.Fatalf("register --wait: %v %s", err, out)
 	}
 }
