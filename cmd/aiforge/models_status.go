@@ -177,8 +177,12 @@ func waitServing(cmd *cobra.Command, cl *cli.Client, name string, wait time.Dura
 	}
 	var m modelStatusOut
 	for {
-		m = modelStatusOut{}
-		if err := cl.Do(ctx, "GET", "/admin/v1/models/"+escapeName(name), nil, &m); err != nil && ctx.Err() == nil {
+		var got modelStatusOut
+		err := cl.Do(ctx, "GET", "/admin/v1/models/"+escapeName(name), nil, &got)
+		switch {
+		case err == nil:
+			m = got
+		case ctx.Err() == nil:
 			return err
 		}
 		if m.Status.Servable > 0 {
