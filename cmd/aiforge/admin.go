@@ -316,7 +316,7 @@ func modelsCmd() *cobra.Command {
 	c := clientGroup(&cobra.Command{Use: "models", Short: "Manage served models, the catalog and deployments (admin)"}, adminKeyHelp)
 	var baseURL, upstream, keyEnv string
 	var maxConc int
-	var ttftTimeout, requestTimeout time.Duration
+	var ttftTimeout, requestTimeout, wait time.Duration
 	var pf priceFlags
 	register := &cobra.Command{
 		Use:   "register NAME",
@@ -356,9 +356,16 @@ func modelsCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "registered model %s -> %s (%s)\n", m.Name, m.Engine.BaseURL, m.Engine.Model)
+			if wait > 0 {
+				if err := waitServing(cmd, cl, m.Name, wait); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "model %s is serving\n", m.Name)
+			}
 			return nil
 		},
 	}
+	register.Flags().DurationVar(&wait, "wait", 0, "wait this long for a worker to serve the model; fail with its engine's error (0 = do not wait)")
 	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required)")
 	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
@@ -421,7 +428,7 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	pp.add(price, "")
-	c.AddCommand(register, list, price, del)
+	c.AddCommand(register, list, modelsStatusCmd(), price, del)
 	c.AddCommand(modelFlowCmds()...)
 	return c
 }

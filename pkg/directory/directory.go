@@ -353,21 +353,25 @@ func (v *View) ServedModels() []registry.Model {
 }
 
 // Workers lists the live worker replicas serving name, sorted by worker
-// id: a registered model's own, or a published adapter's base's (whose
-// workers load the adapter). Nil without Options.Workers.
+// id: a registered model's own; for a published adapter, its own (the
+// workers that serve it on its base's engine report under its name), else
+// its base's. Nil without Options.Workers.
 func (v *View) Workers(name string) []registry.WorkerState {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	model := name
-	if _, ok := v.models.byID[name]; !ok {
-		if e, ok := v.entries.byID[name]; ok && e.kind == events.ModelKindAdapter && e.published > 0 {
-			model = e.base
+	of := func(model string) []registry.WorkerState {
+		var out []registry.WorkerState
+		for _, w := range v.workers.byID {
+			if w.Model == model {
+				out = append(out, w)
+			}
 		}
+		return out
 	}
-	var out []registry.WorkerState
-	for _, w := range v.workers.byID {
-		if w.Model == model {
-			out = append(out, w)
+	out := of(name)
+	if _, ok := v.models.byID[name]; !ok && out == nil {
+		if e, ok := v.entries.byID[name]; ok && e.kind == events.ModelKindAdapter && e.published > 0 {
+			out = of(e.base)
 		}
 	}
 	slices.SortFunc(out, func(a, b registry.WorkerState) int { return strings.Compare(a.WorkerID, b.WorkerID) })

@@ -321,6 +321,10 @@ func TestWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, func() bool { return len(v.Workers("base")) == 1 }, "the deleted replica gone")
+	// The workers that serve an adapter report under its name: their state
+	// is the adapter's.
+	put("ad", "w-9", registry.WorkerMisnamed)
+	eventually(t, func() bool { ws := v.Workers("ad"); return len(ws) == 1 && ws[0].WorkerID == "w-9" }, "the adapter's own replica")
 	if plain := f.start(t); plain.Workers("base") != nil {
 		t.Error("a view without Options.Workers lists replicas")
 	}

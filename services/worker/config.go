@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
 )
@@ -37,6 +38,7 @@ const (
 	DefaultRequestTimeout    = 10 * time.Minute
 	DefaultDrainTimeout      = 30 * time.Second
 	DefaultEngineWaitMax     = 5 * time.Second
+	DefaultStateInterval     = 5 * time.Second
 )
 
 // Config configures one worker.
@@ -44,8 +46,13 @@ type Config struct {
 	// Model is the served model name: what clients ask for.
 	Model string
 	// Engine is where requests go: BaseURL (ends with /v1), Model (the
-	// upstream name), APIKey (optional), MaxConcurrency (default 64).
+	// upstream name), APIKey (optional), MaxConcurrency (optional: what the
+	// engine reports, else DefaultMaxConcurrency).
 	Engine registry.Engine
+	// DefaultMaxConcurrency is the replica's slot count when neither the
+	// binding (Engine.MaxConcurrency) nor the engine (llama-server's
+	// /props total_slots) says. Default 64.
+	DefaultMaxConcurrency int
 	// WorkerID identifies this replica. Default "w-" + 8 random hex digits.
 	WorkerID string
 	// Source names the reporter of usage events. Default "worker".
@@ -60,8 +67,12 @@ type Config struct {
 	// flight. Default 30s.
 	DrainTimeout time.Duration
 	// EngineWaitMax is the longest wait between identity checks while the
-	// engine cannot be reached (the wait doubles from 100ms). Default 5s.
+	// engine does not pass them (the wait doubles from 100ms). Default 5s.
 	EngineWaitMax time.Duration
+	// StateInterval is how often the replica refreshes its state in
+	// events.BucketWorkers (registry.WorkerState), besides writing each
+	// change; it must stay well inside events.WorkerStateTTL. Default 5s.
+	StateInterval time.Duration
 }
 
 // Validate reports every problem of c at once; it never mutates c.
@@ -99,10 +110,17 @@ func (c Config) ValidateDefaults() error {
 		{"RequestTimeout", c.RequestTimeout},
 		{"DrainTimeout", c.DrainTimeout},
 		{"EngineWaitMax", c.EngineWaitMax},
+		{"StateInterval", c.StateInterval},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 		}
+	}
+	if c.StateInterval > events.WorkerStateTTL/2 {
+		errs = append(errs, fmt.Errorf("StateInterval must be at most %s (half the worker state's lifetime)", events.WorkerStateTTL/2))
+	}
+	if c.DefaultMaxConcurrency < 0 {
+		errs = append(errs, errors.New("DefaultMaxConcurrency must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -121,8 +139,8 @@ func validateBaseURL(s string) error {
 // withDefaults returns c with every default applied.
 func (c Config) withDefaults() Config {
 	c.Engine.BaseURL = strings.TrimRight(c.Engine.BaseURL, "/")
-	if c.Engine.MaxConcurrency == 0 {
-		c.Engine.MaxConcurrency = DefaultMaxConcurrency
+	if c.DefaultMaxConcurrency == 0 {
+		c.DefaultMaxConcurrency = DefaultMaxConcurrency
 	}
 	if c.WorkerID == "" {
 		c.WorkerID = NewWorkerID("w")
@@ -144,6 +162,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.EngineWaitMax == 0 {
 		c.EngineWaitMax = DefaultEngineWaitMax
+	}
+	if c.StateInterval == 0 {
+		c.StateInterval = DefaultStateInterval
 	}
 	return c
 }
@@ -224,14 +245,16 @@ func NewHTTPClient() *http.Client {
 }
 
 // Bound returns the configuration of a worker serving model on eng with
-// c's settings: the engine's MaxConcurrency defaults to c's, and WorkerID is
-// fresh, prefixed by c's WorkerID when that is set (else the default).
+// c's settings: c's Engine.MaxConcurrency (a process-wide setting) becomes
+// the default slot count, used when neither eng nor its engine says, and
+// WorkerID is fresh, prefixed by c's WorkerID when that is set (else the
+// default).
 func (c Config) Bound(model string, eng registry.Engine) Config {
 	cfg := c
 	cfg.Model = model
 	cfg.Engine = eng
-	if cfg.Engine.MaxConcurrency == 0 {
-		cfg.Engine.MaxConcurrency = c.Engine.MaxConcurrency
+	if cfg.DefaultMaxConcurrency == 0 {
+		cfg.DefaultMaxConcurrency = c.Engine.MaxConcurrency
 	}
 	cfg.WorkerID = ""
 	if p := c.WorkerID; p != "" {

@@ -389,7 +389,9 @@ func TestStreamAnsweredWithJSON(t *testing.T) {
 func TestEngineErrorBodies(t *testing.T) {
 	h := newHarness(t)
 	const key = "engine-secret-key-4567"
-	var status int
+	// What the worker's key probe at start ({} to chat) gets: an engine
+	// that accepted the key refuses the empty body.
+	status := http.StatusBadRequest
 	var answer string
 	calls := make(chan struct{}, 16)
 	base := fakeEngine(t, func(w http.ResponseWriter, r *http.Request) {

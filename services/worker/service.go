@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
 )
 
@@ -25,6 +26,7 @@ type Service struct {
 	server  *bridge.Server
 	engine  *engine.Client
 	hooks   Hooks
+	state   *reporter
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -61,18 +63,27 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		TTFT:           s.metrics.ttft,
 		ITL:            s.metrics.itl,
 	})
-	srv, err := bridge.NewServer(deps.NC, bridge.ServerConfig{
-		Model:             cfg.Model,
-		WorkerID:          cfg.WorkerID,
-		MaxConcurrency:    cfg.Engine.MaxConcurrency,
-		HeartbeatInterval: cfg.HeartbeatInterval,
+	// The bridge server is built when the engine has passed its first
+	// check, with the slot count it reports; this one only validates.
+	if _, err := s.newServer(cfg.DefaultMaxConcurrency); err != nil {
+		return nil, err
+	}
+	s.state = newReporter(s)
+	return s, nil
+}
+
+func (s *Service) newServer(maxConc int) (*bridge.Server, error) {
+	srv, err := bridge.NewServer(s.deps.NC, bridge.ServerConfig{
+		Model:             s.cfg.Model,
+		WorkerID:          s.cfg.WorkerID,
+		MaxConcurrency:    maxConc,
+		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		Logger:            s.log,
 	}, s.handle)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	s.server = srv
-	return s, nil
+	return srv, nil
 }
 
 // ID is the worker's replica id.
@@ -82,28 +93,57 @@ func (s *Service) ID() string { return s.cfg.WorkerID }
 // identity check and its last health check.
 func (s *Service) Ready() bool { return s.ready.Load() }
 
-// Run checks that the engine serves the configured upstream model, starts
-// taking requests, checks the engine's health every HealthInterval (pausing
-// while it fails), and on ctx done drains requests in flight for up to
-// DrainTimeout and returns nil. An engine that is unreachable is waited for;
-// one that answers but does not serve the model is an error.
+// State is what the replica reports about itself and its engine in
+// events.BucketWorkers.
+func (s *Service) State() registry.WorkerState { return s.state.State() }
+
+// Run verifies the engine (it serves the upstream model, accepts the
+// engine key, and how many slots it has), starts taking requests, checks
+// the engine's health every HealthInterval (pausing while it fails), and
+// on ctx done drains requests in flight for up to DrainTimeout, removes its
+// state and returns nil. An engine that does not pass its checks (unreachable, refusing the
+// key, not serving the model) is checked again until it does; the replica
+// reports each state (registry.WorkerState) meanwhile and serves nothing.
 func (s *Service) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
 	}
-	if err := s.awaitEngine(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	// The state outlives ctx: it says "draining" until the drain ends.
+	sctx, stopState := context.WithCancel(context.Background())
+	stateDone := make(chan struct{})
+	go func() { defer close(stateDone); s.state.run(sctx) }()
+	defer func() {
+		stopState()
+		<-stateDone
+		s.state.remove(context.Background())
+	}()
+
+	rep, err := s.awaitEngine(ctx)
+	if err != nil {
+		return nil // ctx ended
+	}
+	maxConc, from := s.cfg.Engine.MaxConcurrency, FromRegistry
+	switch {
+	case maxConc > 0:
+	case rep.TotalSlots > 0:
+		maxConc, from = rep.TotalSlots, FromEngine
+	default:
+		maxConc, from = s.cfg.DefaultMaxConcurrency, FromDefault
+	}
+	srv, err := s.newServer(maxConc)
+	if err != nil {
 		return err
 	}
+	s.server = srv
 	if err := s.server.Start(); err != nil {
 		return fmt.Errorf("worker %s: start: %w", s.cfg.Model, err)
 	}
 	s.deps.Metrics.track(s.cfg.Model, s.server)
 	s.ready.Store(true)
+	s.state.serving(s.server, maxConc, from)
 	s.log.Info("worker serving", "engine", engine.RedactURL(s.cfg.Engine.BaseURL), "upstream_model", s.cfg.Engine.Model,
-		"max_concurrency", s.cfg.Engine.MaxConcurrency)
+		"max_concurrency", maxConc, "max_concurrency_from", from, "key_verified", rep.KeyVerified,
+		"context_window", rep.ContextWindow)
 	if s.hooks.OnServing != nil {
 		s.hooks.OnServing()
 	}
@@ -111,6 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.healthLoop(ctx)
 
 	s.ready.Store(false)
+	s.state.update(func(st *registry.WorkerState) { st.State = registry.WorkerDraining })
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 	if err := s.server.Shutdown(dctx); err != nil {
@@ -121,28 +162,51 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// awaitEngine runs the identity check, retrying with backoff while the
-// engine cannot be reached (or answers 5xx, as engines do while loading).
-func (s *Service) awaitEngine(ctx context.Context) error {
+// stateOf is the replica state a failed check puts it in; serving says
+// whether the replica was serving (an engine it can no longer reach is then
+// unhealthy).
+func stateOf(err error, serving bool) string {
+	switch {
+	case errors.Is(err, engine.ErrUnauthorized):
+		return registry.WorkerUnauthorized
+	case errors.Is(err, engine.ErrMisnamed):
+		return registry.WorkerMisnamed
+	case serving:
+		return registry.WorkerUnhealthy
+	default:
+		return registry.WorkerUnreachable
+	}
+}
+
+// awaitEngine runs the full check until the engine passes it, waiting
+// between checks with a backoff (100ms doubling to EngineWaitMax) and
+// reporting each failure as the replica's state. It fails only when ctx
+// ends.
+func (s *Service) awaitEngine(ctx context.Context) (engine.Report, error) {
 	backoff := 100 * time.Millisecond
 	maxBackoff := s.cfg.EngineWaitMax
-	attempt := 0
+	last := ""
 	for {
-		err := s.engine.Check(ctx)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, engine.ErrUnreachable) {
-			return err // the caller reports it
-		}
+		rep, err := s.engine.Verify(ctx)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return rep, ctx.Err()
 		}
-		level := slog.LevelWarn
-		if attempt++; attempt > 1 {
-			level = slog.LevelDebug // said once; do not flood the log
+		if err == nil {
+			s.state.verified(rep)
+			return rep, nil
 		}
-		s.log.Log(ctx, level, "engine not reachable yet; retrying", "err", err, "retry_in", backoff)
+		state := stateOf(err, false)
+		s.state.failed(state, rep, err)
+		level := slog.LevelDebug // said once per state; do not flood the log
+		if state != last {
+			level = slog.LevelWarn
+			last = state
+		}
+		msg := "engine not reachable yet; retrying"
+		if state != registry.WorkerUnreachable {
+			msg = "engine check failed; not serving, checking again"
+		}
+		s.log.Log(ctx, level, msg, "state", state, "err", err, "retry_in", backoff)
 		if s.hooks.OnCheckFailed != nil {
 			s.hooks.OnCheckFailed(err)
 		}
@@ -150,7 +214,7 @@ func (s *Service) awaitEngine(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return engine.Report{}, ctx.Err()
 		case <-t.C:
 		}
 		backoff = min(backoff*2, maxBackoff)
@@ -159,6 +223,8 @@ func (s *Service) awaitEngine(ctx context.Context) error {
 
 // healthLoop checks the engine every HealthInterval until ctx ends, pausing
 // the bridge server (traffic goes to healthy replicas) while checks fail.
+// A healthy engine gets the cheap check (its model list); a failing one the
+// full check, so that it serves again only with its key accepted.
 func (s *Service) healthLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.HealthInterval)
 	defer t.Stop()
@@ -169,12 +235,22 @@ func (s *Service) healthLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		err := s.engine.Check(ctx)
+		var err error
+		var rep engine.Report
+		if healthy {
+			err = s.engine.Check(ctx)
+		} else {
+			rep, err = s.engine.Verify(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case err != nil && healthy:
+		case err != nil:
+			s.state.failed(stateOf(err, true), rep, err)
+			if !healthy {
+				continue
+			}
 			healthy = false
 			s.ready.Store(false)
 			s.server.Pause()
@@ -182,13 +258,15 @@ func (s *Service) healthLoop(ctx context.Context) {
 			if s.hooks.OnUnhealthy != nil {
 				s.hooks.OnUnhealthy(err)
 			}
-		case err == nil && !healthy:
+		case !healthy:
 			if rerr := s.server.Resume(); rerr != nil {
 				s.log.Error("could not resume taking requests", "err", rerr)
 				continue
 			}
 			healthy = true
 			s.ready.Store(true)
+			s.state.verified(rep)
+			s.state.update(func(st *registry.WorkerState) { st.State = registry.WorkerServing })
 			s.log.Info("engine healthy again; taking requests")
 			if s.hooks.OnServing != nil {
 				s.hooks.OnServing()

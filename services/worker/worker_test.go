@@ -53,21 +53,21 @@ func TestStartupChecksEngineModel(t *testing.T) {
 	_, base := startSim(t, enginesim.Config{Models: []string{"real-weights", "other"}})
 
 	t.Run("wrong model", func(t *testing.T) {
+		// The worker does not serve it and says why; it keeps checking.
 		svc, done := h.runWorker(modelFor("served", "expected-weights", base), h.deps())
+		eventually(t, 10*time.Second, "the misnamed state", func() bool { return svc.State().State == registry.WorkerMisnamed })
+		st := svc.State()
+		for _, want := range []string{`"expected-weights"`, "real-weights", "other"} {
+			if !strings.Contains(st.LastError, want) {
+				t.Errorf("last error %q does not name %s", st.LastError, want)
+			}
+		}
 		select {
 		case err := <-done:
-			if err == nil {
-				t.Fatal("Run returned nil for an engine without the model")
-			}
-			for _, want := range []string{`"expected-weights"`, "real-weights", "other"} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not name %s", err, want)
-				}
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return")
+			t.Fatalf("Run returned for an engine without the model: %v", err)
+		default:
 		}
-		if svc.Ready() {
+		if svc.Ready() || st.UpstreamVerified {
 			t.Fatal("ready after a failed check")
 		}
 	})
@@ -631,10 +631,11 @@ func TestEngineAPIKeyNeverLogged(t *testing.T) {
 	deps.Tracer = tp
 
 	// Without the key the engine refuses: a clear error, no key in it.
-	_, done := h.runWorker(modelFor("served", "up", base), deps)
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("Run without key: %v", err)
-	}
+	bad, _ := h.runWorker(modelFor("served", "up", base), deps)
+	eventually(t, 10*time.Second, "the unauthorized state", func() bool {
+		st := bad.State()
+		return st.State == registry.WorkerUnauthorized && strings.Contains(st.LastError, "401")
+	})
 
 	cfg := modelFor("served", "up", base)
 	cfg.Engine.APIKey = secret

@@ -17,6 +17,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/pkg/spend"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+	"github.com/aiforge/aiforge/services/edge/internal/models"
 )
 
 // Deps are what the admin API needs.
@@ -407,6 +408,9 @@ type modelView struct {
 	Engine    registry.Engine `json:"engine"`
 	OwnedBy   string          `json:"owned_by,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Status is what the model's worker replicas report (engine health,
+	// verified upstream and key, slots, last error).
+	Status *models.Status `json:"status,omitempty"`
 }
 
 func viewModel(m registry.Model) modelView {
@@ -480,7 +484,10 @@ func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
 	}
 	data := make([]modelView, 0, len(ms))
 	for _, m := range ms {
-		data = append(data, viewModel(m))
+		v := viewModel(m)
+		st := models.StatusOf(s.d.Directory, m.Name)
+		v.Status = &st
+		data = append(data, v)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -491,7 +498,10 @@ func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Model '"+r.PathValue("name")+"'")
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, viewModel(m))
+	v := viewModel(m)
+	st := models.StatusOf(s.d.Directory, m.Name)
+	v.Status = &st
+	httpapi.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *Service) deleteModel(w http.ResponseWriter, r *http.Request) {

@@ -57,6 +57,10 @@ type modelObject struct {
 	// newest published version, or a model's deployment.
 	Catalog string `json:"aiforge_catalog,omitempty"`
 	Version int    `json:"aiforge_version,omitempty"`
+	// State is the model's state from its worker replicas (Status.State):
+	// shown by GET /v1/models/{id}, and by GET /v1/models with
+	// ?include_unavailable=true.
+	State string `json:"aiforge_state,omitempty"`
 }
 
 // objectOf is the /v1/models object of a served name: an adapter names its
@@ -84,11 +88,25 @@ func (s *Service) listModels(w http.ResponseWriter, r *http.Request) {
 	if k == nil {
 		return
 	}
+	// Only models that can serve are listed (OpenAI clients pick from
+	// the list; one that cannot serve answers 503): a replica serves it,
+	// or no replica reports on it. ?include_unavailable=true lists every
+	// model with its state.
+	all := r.URL.Query().Get("include_unavailable") == "true"
 	var data []modelObject
 	for _, m := range s.d.Directory.ServedModels() {
-		if k.Allows(m.Name) {
-			data = append(data, s.objectOf(m))
+		if !k.Allows(m.Name) {
+			continue
 		}
+		st := StatusOf(s.d.Directory, m.Name)
+		if !all && !st.Available() {
+			continue
+		}
+		o := s.objectOf(m)
+		if all {
+			o.State = st.State
+		}
+		data = append(data, o)
 	}
 	if data == nil {
 		data = []modelObject{}
@@ -112,5 +130,7 @@ func (s *Service) getModel(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrModelNotAllowed(id))
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.objectOf(m))
+	o := s.objectOf(m)
+	o.State = StatusOf(s.d.Directory, id).State
+	httpapi.WriteJSON(w, http.StatusOK, o)
 }

@@ -339,8 +339,18 @@ func (m *Manager) serveAdapter(ctx context.Context, run *adapterRun, dir string,
 	reload := make(chan struct{}, 1)
 	deps := m.deps.Worker
 	deps.Hooks = worker.Hooks{
-		OnCheckFailed: func(err error) { m.setStatus(run, supervise.StatusErrorPrefix+err.Error()) },
-		OnServing:     func() { m.setStatus(run, supervise.StatusServing) },
+		OnCheckFailed: func(err error) {
+			m.setStatus(run, supervise.StatusErrorPrefix+err.Error())
+			if errors.Is(err, worker.ErrEngineMisnamed) {
+				// The engine does not list the adapter (restarted before
+				// the worker's first check passed): load it again.
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+			}
+		},
+		OnServing: func() { m.setStatus(run, supervise.StatusServing) },
 		OnUnhealthy: func(err error) {
 			m.setStatus(run, supervise.StatusErrorPrefix+"engine unhealthy: "+err.Error())
 			select {

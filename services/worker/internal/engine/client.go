@@ -194,20 +194,91 @@ func jsonString(s string) json.RawMessage {
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
-// ErrUnreachable marks check failures worth waiting out: the engine cannot
-// be reached, or answers 5xx as engines do while loading.
-var ErrUnreachable = errors.New("engine unreachable")
+// The kinds of check failures (errors.Is): ErrUnreachable is worth
+// waiting out (the engine cannot be reached, or answers 5xx as engines do
+// while loading); ErrUnauthorized: the engine refused the engine API key;
+// ErrMisnamed: the engine answers but does not serve the upstream model
+// (or does not list models where the base URL says).
+var (
+	ErrUnreachable  = errors.New("engine unreachable")
+	ErrUnauthorized = errors.New("engine refused the engine API key")
+	ErrMisnamed     = errors.New("engine does not serve the upstream model")
+)
+
+// checkError is a check failure of a kind (ErrUnauthorized, ErrMisnamed)
+// whose message says it in its own words.
+type checkError struct {
+	kind error
+	err  error
+}
+
+func (e *checkError) Error() string   { return e.err.Error() }
+func (e *checkError) Unwrap() []error { return []error{e.kind, e.err} }
+
+func kindError(kind error, format string, args ...any) error {
+	return &checkError{kind: kind, err: fmt.Errorf(format, args...)}
+}
+
+// Report is what a full check (Verify) learned about the engine.
+type Report struct {
+	// UpstreamVerified: the engine lists the upstream model.
+	UpstreamVerified bool
+	// KeyVerified: an authenticated call with the engine key got past the
+	// engine's key check. False when the binding has no key, or when no
+	// endpoint could tell (an engine serving none of the probed ones).
+	KeyVerified bool
+	// TotalSlots is how many requests the engine serves at once, as it
+	// reports it (llama-server GET /props total_slots); 0 when it does not.
+	TotalSlots int
+	// ContextWindow is the context length the engine reports (llama-server
+	// /props default_generation_settings.n_ctx, vLLM max_model_len in its
+	// model list); 0 when it does not.
+	ContextWindow int
+}
+
+// checkTimeout bounds each call of a check.
+const checkTimeout = 5 * time.Second
 
 // Check asks the engine which models it serves: its readiness alone does
 // not prove which weights it loaded. It fails unless the upstream model is
-// listed.
+// listed. It is the cheap periodic health check; Verify is the full one.
 func (c *Client) Check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := c.listModels(ctx)
+	return err
+}
+
+// Verify is the full check a worker makes before it serves: the upstream
+// model is listed (Check), the engine key is accepted by an authenticated
+// call, and the engine's slots and context window are read where it
+// reports them. Its errors never hold the engine key.
+func (c *Client) Verify(ctx context.Context) (Report, error) {
+	var r Report
+	ctxLen, err := c.listModels(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.UpstreamVerified = true
+	r.ContextWindow = ctxLen
+	if r.KeyVerified, err = c.probeKey(ctx); err != nil {
+		return r, err
+	}
+	slots, nctx := c.props(ctx)
+	r.TotalSlots = slots
+	if nctx > 0 {
+		r.ContextWindow = nctx
+	}
+	return r, nil
+}
+
+// listModels checks that the engine lists the upstream model, and returns
+// the context length it lists it with (vLLM's max_model_len), if any.
+func (c *Client) listModels(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	served := c.cfg.Served
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.modelsURL, nil)
 	if err != nil {
-		return fmt.Errorf("worker %s: engine request: %w", served, err)
+		return 0, fmt.Errorf("worker %s: engine request: %w", served, err)
 	}
 	if c.authHeader != "" {
 		req.Header.Set("Authorization", c.authHeader)
@@ -216,33 +287,34 @@ func (c *Client) Check(ctx context.Context) error {
 	where := RedactURL(c.modelsURL)
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("worker %s: %w: GET %s: %w", served, ErrUnreachable, where, UnwrapURLError(err))
+		return 0, fmt.Errorf("worker %s: %w: GET %s: %w", served, ErrUnreachable, where, UnwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return fmt.Errorf("worker %s: %w: GET %s: reading the answer: %w", served, ErrUnreachable, where, err)
+		return 0, fmt.Errorf("worker %s: %w: GET %s: reading the answer: %w", served, ErrUnreachable, where, err)
 	}
 	switch {
 	case resp.StatusCode >= 500:
-		return fmt.Errorf("worker %s: %w: GET %s answered %d", served, ErrUnreachable, where, resp.StatusCode)
+		return 0, fmt.Errorf("worker %s: %w: GET %s answered %d", served, ErrUnreachable, where, resp.StatusCode)
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("worker %s: engine at %s refused the engine API key (status %d)", served, where, resp.StatusCode)
+		return 0, kindError(ErrUnauthorized, "worker %s: engine refused the engine API key: GET %s answered %d", served, where, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("worker %s: GET %s answered %d; is the base URL right (it ends with /v1)?", served, where, resp.StatusCode)
+		return 0, kindError(ErrMisnamed, "worker %s: GET %s answered %d; is the base URL right (it ends with /v1)?", served, where, resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return fmt.Errorf("worker %s: GET %s did not answer an OpenAI model list: %w", served, where, err)
+		return 0, kindError(ErrMisnamed, "worker %s: GET %s did not answer an OpenAI model list: %w", served, where, err)
 	}
 	ids := make([]string, 0, len(list.Data))
 	for _, m := range list.Data {
 		if m.ID == c.cfg.Engine.Model {
-			return nil
+			return max(m.MaxModelLen, 0), nil
 		}
 		ids = append(ids, m.ID)
 	}
@@ -250,8 +322,103 @@ func (c *Client) Check(ctx context.Context) error {
 	if len(ids) > 0 {
 		listed = "[" + strings.Join(ids, ", ") + "]"
 	}
-	return fmt.Errorf("worker %s: engine at %s does not serve upstream model %q; it lists %s",
+	return 0, kindError(ErrMisnamed, "worker %s: engine at %s does not serve upstream model %q; it lists %s",
 		served, RedactURL(c.cfg.Engine.BaseURL), c.cfg.Engine.Model, listed)
+}
+
+// probeKey proves the engine key with an authenticated call that costs
+// nothing: a POST of an empty object to an inference endpoint. An engine
+// that checks keys answers 401/403 before it reads the body; one that
+// accepted the key answers 400/422 (the body is invalid). Listing models
+// proves nothing: llama-server leaves /v1/models open with --api-key. The
+// chat endpoint is tried first (the embeddings one first for an embedding
+// model, one with MaxInputTokens); one the engine does not serve (404,
+// 405) passes to the next. Without a key nothing is checked.
+func (c *Client) probeKey(ctx context.Context) (bool, error) {
+	if c.authHeader == "" {
+		return false, nil
+	}
+	order := []Endpoint{Chat, Embeddings}
+	if c.cfg.Engine.MaxInputTokens > 0 {
+		order = []Endpoint{Embeddings, Chat}
+	}
+	served := c.cfg.Served
+	for _, ep := range order {
+		status, err := c.post(ctx, c.urls[ep], []byte(`{}`))
+		where := RedactURL(c.urls[ep])
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("worker %s: %w: POST %s: %w", served, ErrUnreachable, where, err)
+		case status == http.StatusUnauthorized || status == http.StatusForbidden:
+			return false, kindError(ErrUnauthorized, "worker %s: engine refused the engine API key: an authenticated POST %s answered %d", served, where, status)
+		case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
+			continue
+		case status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
+			// Loading, or behind a proxy that cannot reach it yet.
+			return false, fmt.Errorf("worker %s: %w: POST %s answered %d", served, ErrUnreachable, where, status)
+		default:
+			// Anything else came from past the engine's key check.
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// post sends body to url with the engine key and returns the status.
+func (c *Client) post(ctx context.Context, url string, body []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if c.authHeader != "" {
+		req.Header.Set("Authorization", c.authHeader)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, UnwrapURLError(err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// props reads llama-server's GET /props (at the root, beside /v1): its
+// slot count and per-slot context. Zeros when the engine has no /props.
+func (c *Client) props(ctx context.Context) (slots, nctx int) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	u := strings.TrimSuffix(c.cfg.Engine.BaseURL, "/v1") + "/props"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, 0
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.authHeader != "" {
+		req.Header.Set("Authorization", c.authHeader)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return 0, 0
+	}
+	var p struct {
+		TotalSlots int `json:"total_slots"`
+		Settings   struct {
+			NCtx int `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&p) != nil {
+		return 0, 0
+	}
+	return max(p.TotalSlots, 0), max(p.Settings.NCtx, 0)
 }
 
 // RedactURL hides credentials embedded in a URL, for messages and logs.
