@@ -16,4 +16,3 @@ package enginesim
 // zeroUsageEnd closes a chunk whose choice has been appended, with zero
 // usage.
 const zeroUsageEnd = `],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}` + "\n\n"
-
