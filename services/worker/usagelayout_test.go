@@ -13,7 +13,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/events"
-	"github.com/aiforge/aiforge/services/worker/internal/engine"
+	"github.com/aiforge/aiforge/pkg/tokens"
 )
 
 // Ollama's usage layout and errors, as Ollama v0.6.5 answered the e2e
@@ -95,11 +95,10 @@ func TestCutStreamEstimated(t *testing.T) {
 
 	for _, ep := range []string{events.EndpointCompletions, events.EndpointChatCompletions} {
 		body := completionBody
-		e := engine.Completions
 		if ep == events.EndpointChatCompletions {
-			body, e = chatBody, engine.Chat
+			body = chatBody
 		}
-		prompt := engine.EstimatePromptTokens(e, []byte(body))
+		prompt := tokens.EstimatePrompt(ep, []byte(body))
 		if prompt <= 0 {
 			t.Fatalf("%s: prompt estimate %d", ep, prompt)
 		}

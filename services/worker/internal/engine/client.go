@@ -21,6 +21,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/tokens"
 )
 
 // Endpoint is an OpenAI endpoint served by workers.
@@ -128,7 +129,7 @@ func (c *Call) credible(u *Usage) bool { return !(u.zero() && c.Chunks > 0) }
 // usage event marked estimated: completion tokens are the content chunks
 // forwarded (one token each, or the engine's running count when it sent a
 // larger one); prompt tokens are the engine's running count when it sent
-// one, else EstimatePromptTokens of the request (the engine read the prompt
+// one, else tokens.EstimatePrompt of the request (the engine read the prompt
 // even if the stream was cut).
 func (c *Call) Estimate() Usage {
 	u := Usage{CompletionTokens: c.Chunks}
@@ -137,7 +138,7 @@ func (c *Call) Estimate() Usage {
 		u.PromptTokens = c.partial.PromptTokens
 	}
 	if u.PromptTokens <= 0 && c.Req != nil {
-		u.PromptTokens = EstimatePromptTokens(c.Endpoint, c.Req.Body)
+		u.PromptTokens = tokens.EstimatePrompt(c.Endpoint.String(), c.Req.Body)
 	}
 	return u
 }

@@ -1,15 +1,18 @@
-package engine
+// Package tokens estimates token counts without a model's tokenizer, for
+// usage an engine never reported (a stream cut before its final usage
+// chunk, an answer without usage, a worker lost mid-stream): the engine
+// read the prompt all the same.
+package tokens
 
 import (
 	"encoding/json"
+
+	"github.com/aiforge/aiforge/pkg/events"
 )
 
-// Prompt token estimates, for usage the engine never reported (a stream
-// cut before its final usage chunk, an answer without usage): the engine
-// read the prompt all the same. Without the model's tokenizer the worker
-// estimates from the text: about 4 bytes a token, the rule of thumb for
-// BPE tokenizers on English text (OpenAI's), plus the chat template's
-// tokens around each message. It is an estimate, not a bound (the edge's
+// Without the model's tokenizer a prompt is estimated from its text: about
+// 4 bytes a token, the rule of thumb for BPE tokenizers on English text
+// (OpenAI's), plus the chat template's tokens around each message. It is an estimate, not a bound (the edge's
 // admission bounds a prompt from above with one token a byte); usage
 // events carrying it are marked estimated.
 const (
@@ -21,11 +24,12 @@ const (
 	requestOverheadTokens = 8
 )
 
-// EstimatePromptTokens estimates the prompt tokens of a request body:
-// chat's messages, a completion's prompt or an embedding's input (strings,
-// arrays of strings, or token id arrays, which count exactly). It is 0 for
-// a body it cannot read.
-func EstimatePromptTokens(ep Endpoint, body []byte) int64 {
+// EstimatePrompt estimates the prompt tokens of a request body for
+// endpoint (events.EndpointChatCompletions, ...): chat's messages, a
+// completion's prompt or an embedding's input (strings, arrays of strings,
+// or token id arrays, which count exactly). It is 0 for a body it cannot
+// read.
+func EstimatePrompt(endpoint string, body []byte) int64 {
 	var req struct {
 		Messages []map[string]json.RawMessage `json:"messages"`
 		Prompt   json.RawMessage              `json:"prompt"`
@@ -34,8 +38,8 @@ func EstimatePromptTokens(ep Endpoint, body []byte) int64 {
 	if json.Unmarshal(body, &req) != nil {
 		return 0
 	}
-	switch ep {
-	case Chat:
+	switch endpoint {
+	case events.EndpointChatCompletions:
 		if len(req.Messages) == 0 {
 			return 0
 		}
@@ -46,9 +50,9 @@ func EstimatePromptTokens(ep Endpoint, body []byte) int64 {
 			}
 		}
 		return ceilDiv(textBytes, bytesPerToken) + requestOverheadTokens + messageOverheadTokens*int64(len(req.Messages))
-	case Completions:
+	case events.EndpointCompletions:
 		return promptTokens(req.Prompt)
-	case Embeddings:
+	case events.EndpointEmbeddings:
 		return promptTokens(req.Input)
 	}
 	return 0
