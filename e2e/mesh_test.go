@@ -229,7 +229,7 @@ func TestWorkerKilledMidStream(t *testing.T) {
 		t.Fatalf("usage recorded %d times", len(got))
 	}
 	u := got[0]
-	if u.CompletionTokens != int64(streamed) || u.Status != events.UsageStatusError || !u.Estimated {
+	if u.CompletionTokens != int64(streamed) || u.PromptTokens == 0 || u.Status != events.UsageStatusError || !u.Estimated {
 		t.Fatalf("usage = %+v, streamed %d chunks", u, streamed)
 	}
 	_ = engine

@@ -605,9 +605,7 @@ func TestOllamaRealEngine(t *testing.T) {
 		// a null value." Ollama sends zeros on every completion chunk.
 		for _, e := range via.events {
 			if a := decodeAnswer(t, "chunk", []byte(e)); len(a.Choices) > 0 && a.Usage != nil {
-				// TODO(issue 12, engine protocol robustness: normalise usage
-				// layouts): remove the skip once aiforge nulls these.
-				t.Skipf("KNOWN BUG: a completion chunk with choices carries Ollama's usage %+v through aiforge: %s", *a.Usage, e)
+				t.Fatalf("a completion chunk with choices carries Ollama's usage %+v through aiforge: %s", *a.Usage, e)
 			}
 		}
 	})
@@ -647,9 +645,40 @@ func TestOllamaRealEngine(t *testing.T) {
 		if dst != 400 || st != dst || v.Error == nil || d.Error == nil || !strings.Contains(v.Error.Message, "does not support tools") {
 			t.Fatalf("aiforge %d %s; ollama %d %s", st, via, dst, direct)
 		}
-		// TODO(issue 12 item 2): Ollama's body ("type":"api_error","code":null)
-		// is passed on as is; once engine errors are mapped to OpenAI's shape,
-		// assert a string code and invalid_request_error here.
+		// Ollama's body says "type":"api_error","code":null: aiforge's has
+		// OpenAI's type and a string code
+		if code, ok := v.Error.Code.(string); !ok || code != "invalid_request" || v.Error.Type != "invalid_request_error" {
+			t.Fatalf("aiforge's error: code %#v, type %q, want \"invalid_request\" and invalid_request_error: %s", v.Error.Code, v.Error.Type, via)
+		}
+	})
+
+	t.Run("engine 500 for the request's fault", func(t *testing.T) {
+		// Ollama answers an invalid response_format 500 ("invalid format"):
+		// the request's fault, the same on any replica. aiforge answers 400
+		// and asks the engine once.
+		handled := func() int {
+			b, _ := os.ReadFile(f.engine.logf.Name())
+			return strings.Count(string(b), `POST     "/v1/chat/completions"`)
+		}
+		const body = `{"model":%q,"messages":[{"role":"user","content":"ping"}],"max_tokens":2,"response_format":{"type":"json_schema","json_schema":{"schema":7}}}`
+		dst, direct, _ := httpDo("http://"+f.engine.addr+"/v1/chat/completions", "", "POST", fmt.Sprintf(body, ollamaModel))
+		if d := decodeAnswer(t, "ollama", direct); dst != 500 || d.Error == nil || !strings.Contains(d.Error.Message, "invalid format") {
+			t.Skipf("ollama %s no longer answers an invalid format 500: %d %s", ollamaVersion, dst, direct)
+		}
+		eventually(t, 10*time.Second, func() bool { return handled() > 0 }, "ollama's access log")
+		before := handled()
+		st, via, h := httpDo(f.stack.url+"/v1/chat/completions", f.key, "POST", fmt.Sprintf(body, tinyServed))
+		v := decodeAnswer(t, "aiforge", via)
+		if st != 400 || v.Error == nil || v.Error.Code != "invalid_request" || v.Error.Type != "invalid_request_error" || !strings.Contains(v.Error.Message, "invalid format") {
+			t.Fatalf("aiforge %d %s, want 400 invalid_request with Ollama's message", st, via)
+		}
+		eventually(t, 10*time.Second, func() bool { return handled() > before }, "ollama to log the request")
+		if n := handled() - before; n != 1 {
+			t.Fatalf("ollama asked %d times, want once", n)
+		}
+		if u := f.usageOf(t, h.Get("X-Request-Id")); u.Status != events.UsageStatusError || u.ErrorCode != "invalid_request" {
+			t.Fatalf("usage event %+v", u)
+		}
 	})
 
 	t.Run("wrong upstream name", func(t *testing.T) {
@@ -690,15 +719,11 @@ func TestOllamaRealEngine(t *testing.T) {
 			t.Fatalf("usage of the abandoned stream: %+v, want canceled", u)
 		}
 		t.Logf("usage of the abandoned stream: %+v", u)
-		// The client got 6 chunks, one token each: at least that much is owed.
-		if u.CompletionTokens < 6 || !u.Estimated {
-			// TODO(issue 12, engine protocol robustness): Ollama puts
-			// "usage":{"prompt_tokens":0,"completion_tokens":0,...} on every
-			// completion chunk once include_usage is on (the worker turns it
-			// on upstream); the worker takes each as the engine's own count,
-			// so an abandoned completion stream is metered 0 tokens, not
-			// estimated. Fail here once that is fixed upstream of this suite.
-			t.Skipf("KNOWN BUG: abandoned completion stream metered %d completion tokens (estimated=%v) after 6 chunks", u.CompletionTokens, u.Estimated)
+		// The client got 6 chunks, one token each: at least that much is
+		// owed, and the prompt the engine read. Ollama's zero usage on every
+		// completion chunk (the worker asks for include_usage) is no count.
+		if u.CompletionTokens < 6 || u.PromptTokens == 0 || !u.Estimated {
+			t.Fatalf("abandoned completion stream metered %d prompt and %d completion tokens (estimated=%v) after 6 chunks", u.PromptTokens, u.CompletionTokens, u.Estimated)
 		}
 	})
 
@@ -737,6 +762,9 @@ func TestOllamaRealEngine(t *testing.T) {
 		u := f.usageOf(t, a.header.Get("X-Request-Id"))
 		if u.Status == events.UsageStatusOK {
 			t.Fatalf("usage of the killed stream says ok: %+v", u)
+		}
+		if !u.Estimated || u.CompletionTokens < 5 || u.PromptTokens == 0 {
+			t.Fatalf("usage of the killed stream: %+v, want the tokens streamed and the prompt, estimated", u)
 		}
 		t.Logf("usage of the killed stream: %+v", u)
 

@@ -35,6 +35,7 @@ func (f *enginesimFlags) register(c *cobra.Command) {
 	fl.BoolVar(&f.cfg.OpenModels, "open-models", false, "leave GET /v1/models open while the key is required elsewhere (as llama-server)")
 	fl.BoolVar(&f.cfg.SplitWrites, "split-writes", false, "TCP_NODELAY off, headers written apart from the body (as llama-server)")
 	fl.BoolVar(&f.cfg.UsageOnLastChunk, "usage-on-last-chunk", false, "put a stream's usage on its last chunk with choices (llama-server's layout)")
+	fl.BoolVar(&f.cfg.ZeroUsageChunks, "zero-usage-chunks", false, "put zero usage (not null) on every chunk of a stream asking include_usage (Ollama's /v1/completions)")
 	fl.StringVar(&f.style, "error-style", "openai", "shape of error bodies: openai, llama (numeric codes), vllm, ollama")
 	fl.IntVar(&f.cfg.ContextSize, "context-size", 0, "context window in tokens: longer prompts are refused (0 = none)")
 	fl.BoolVar(&f.llamaLike, "llama-like", false, "behave like llama-server: --split-writes --usage-on-last-chunk --open-models --error-style llama")

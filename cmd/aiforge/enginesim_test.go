@@ -38,8 +38,8 @@ func TestEnginesimFlags(t *testing.T) {
 		t.Fatalf("an explicit style over --llama-like: %+v %v", cfg, err)
 	}
 	t.Setenv("ENGINESIM_API_KEY", "from-env")
-	cfg, fail, err = parseEnginesim(t, "--split-writes", "--usage-on-last-chunk", "--open-models", "--error-style", "ollama", "--fail", "hang")
-	if err != nil || !cfg.SplitWrites || !cfg.UsageOnLastChunk || !cfg.OpenModels || cfg.ErrorStyle != enginesim.StyleOllama ||
+	cfg, fail, err = parseEnginesim(t, "--split-writes", "--usage-on-last-chunk", "--open-models", "--error-style", "ollama", "--fail", "hang", "--zero-usage-chunks")
+	if err != nil || !cfg.SplitWrites || !cfg.UsageOnLastChunk || !cfg.OpenModels || cfg.ErrorStyle != enginesim.StyleOllama || !cfg.ZeroUsageChunks ||
 		cfg.APIKey != "from-env" || fail.Mode != enginesim.FailHang {
 		t.Fatalf("%+v %+v %v", cfg, fail, err)
 	}

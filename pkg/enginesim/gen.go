@@ -103,6 +103,7 @@ type gen struct {
 	model        string
 	stream       bool
 	includeUsage bool
+	zeroUsage    bool // chunks carry zero usage instead of null (Ollama)
 	maxTokens    int
 	explicitMax  bool
 	seed         uint64

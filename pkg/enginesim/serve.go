@@ -27,6 +27,9 @@ func (g *gen) appendStreamPrefix(b []byte) []byte {
 
 // appendChunkEnd closes a chunk whose choice has been appended.
 func (g *gen) appendChunkEnd(b []byte) []byte {
+	if g.zeroUsage {
+		return append(b, zeroUsageEnd...)
+	}
 	if g.includeUsage {
 		return append(b, "],\"usage\":null}\n\n"...)
 	}
@@ -114,6 +117,7 @@ func (s *Sim) serveStream(w http.ResponseWriter, r *http.Request, g *gen, f Fail
 	if usageLast {
 		g.includeUsage = false // no "usage":null on every chunk
 	}
+	g.zeroUsage = s.zeroUsage && g.includeUsage
 	if ttft > 0 || s.splitWrites {
 		// Like real engines, answer with headers at once and make the client
 		// wait for the first token.

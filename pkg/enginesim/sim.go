@@ -60,6 +60,11 @@ type Config struct {
 	// llama-server it is sent whether or not the request asked for
 	// include_usage, and other chunks carry no "usage" key.
 	UsageOnLastChunk bool
+	// ZeroUsageChunks, for a stream that asked for include_usage, puts
+	// "usage" with every count zero (not null) on every chunk with choices,
+	// as Ollama does on /v1/completions; the real counts still come in the
+	// final chunk with "choices": [] (see zerousage.go).
+	ZeroUsageChunks bool
 	// ErrorStyle is the shape of every error body (OpenAI's by default).
 	ErrorStyle ErrorStyle
 	// ContextSize, when positive, is the context window in tokens: a chat
@@ -200,6 +205,7 @@ type Sim struct {
 	openModels       bool
 	splitWrites      bool
 	usageLast        bool
+	zeroUsage        bool
 	style            ErrorStyle
 	contextSize      int
 
@@ -246,6 +252,7 @@ func New(cfg Config) *Sim {
 		openModels:       cfg.OpenModels,
 		splitWrites:      cfg.SplitWrites,
 		usageLast:        cfg.UsageOnLastChunk,
+		zeroUsage:        cfg.ZeroUsageChunks,
 		style:            cfg.ErrorStyle,
 		contextSize:      cfg.ContextSize,
 	}

@@ -96,12 +96,13 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		if d := c.Usage.PromptTokensDetails; d != nil {
 			ev.CachedPromptTokens = min(max(d.CachedTokens, 0), ev.PromptTokens)
 		}
-	case c.Stream && w.Sent() > 0:
-		// The engine never said: count what was streamed, and say so.
-		ev.CompletionTokens = c.Chunks
+	case c.Stream && w.Sent() > 0, c.Outcome == engine.OutcomeOK:
+		// The engine never gave its final count (a stream cut before it, an
+		// answer without usage): estimate what was streamed and the prompt
+		// the engine read, and say so.
+		u := c.Estimate()
+		ev.PromptTokens, ev.CompletionTokens = u.PromptTokens, u.CompletionTokens
 		ev.Estimated = true
-	case c.Outcome == engine.OutcomeOK:
-		ev.Estimated = true // an answer without usage: nothing to count
 	}
 	if ev.PromptTokens > 0 {
 		mm.prompt.Add(float64(ev.PromptTokens))

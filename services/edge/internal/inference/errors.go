@@ -11,6 +11,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/telemetry"
+	"github.com/aiforge/aiforge/pkg/tokens"
 )
 
 func (s *Service) mapError(ctx context.Context, err error, model string) *contracts.Error {
@@ -66,6 +67,7 @@ func (s *Service) recordLostUsage(c Call, reqID string, res bridge.Result, span 
 	key, p := c.Key, c.Request
 	v1 := events.UsageRecordedV1{
 		RequestID: reqID, Tenant: key.Tenant, KeyID: key.ID, Model: p.Model, Endpoint: c.Endpoint, Stream: p.Stream,
+		PromptTokens:     tokens.EstimatePrompt(c.Endpoint, c.Body), // the engine read the prompt
 		CompletionTokens: int64(res.DataFrames), Estimated: true, Status: events.UsageStatusError,
 		ErrorCode: contracts.CodeWorkerLost, LatencyMS: float64(time.Since(c.Start).Microseconds()) / 1000,
 		WorkerID: res.WorkerID, Reporter: s.d.InstanceID, StartedAt: c.Start.UTC(), FinishedAt: time.Now().UTC(),

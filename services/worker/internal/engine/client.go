@@ -21,6 +21,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/tokens"
 )
 
 // Endpoint is an OpenAI endpoint served by workers.
@@ -93,10 +94,19 @@ type Call struct {
 	Code      string
 	Retryable bool // the failure was marked retryable before any data
 
+	// Usage is the engine's final count when UsageKnown; otherwise
+	// Estimate says what is owed.
 	Usage      Usage
 	UsageKnown bool
 	Chunks     int64 // forwarded chunks carrying content (the estimate)
 	TTFT       time.Duration
+
+	// partial is the latest usage of a stream seen on a chunk with choices:
+	// not a final count (Ollama puts zeros on every completion chunk, vLLM's
+	// continuous_usage_stats a running count) until [DONE] confirms it was
+	// the last (llama-server's layout); it refines Estimate.
+	partial     Usage
+	partialSeen bool
 }
 
 func (c *Call) setUsage(u *Usage) {
@@ -105,6 +115,32 @@ func (c *Call) setUsage(u *Usage) {
 	}
 	c.Usage = *u
 	c.UsageKnown = true
+}
+
+// zero reports whether every count of u is zero.
+func (u *Usage) zero() bool { return u.PromptTokens == 0 && u.CompletionTokens == 0 }
+
+// credible reports whether u can be a stream's final count: an all-zero
+// usage after content was streamed is a placeholder (a model that wrote
+// text generated tokens, and read a prompt), not a count.
+func (c *Call) credible(u *Usage) bool { return !(u.zero() && c.Chunks > 0) }
+
+// Estimate is what a call whose engine gave no final usage owes, for a
+// usage event marked estimated: completion tokens are the content chunks
+// forwarded (one token each, or the engine's running count when it sent a
+// larger one); prompt tokens are the engine's running count when it sent
+// one, else tokens.EstimatePrompt of the request (the engine read the prompt
+// even if the stream was cut).
+func (c *Call) Estimate() Usage {
+	u := Usage{CompletionTokens: c.Chunks}
+	if c.partialSeen {
+		u.CompletionTokens = max(u.CompletionTokens, c.partial.CompletionTokens)
+		u.PromptTokens = c.partial.PromptTokens
+	}
+	if u.PromptTokens <= 0 && c.Req != nil {
+		u.PromptTokens = tokens.EstimatePrompt(c.Endpoint.String(), c.Req.Body)
+	}
+	return u
 }
 
 // Observer takes one observation (a prometheus.Observer).

@@ -122,6 +122,40 @@ func (e engineError) contextOverflow() bool {
 	return false
 }
 
+// requestFaultPhrases are phrases (lower case) of 500 answers in which an
+// engine reports a fault of the request, with the request field it is
+// about. Ollama answers these 500 (v0.6.5's llm/server.go Completion: a
+// response_format whose schema is not an object, or one it cannot turn
+// into a grammar).
+var requestFaultPhrases = [...]struct{ phrase, param string }{
+	{"invalid format: ", "response_format"},
+	{"invalid json schema in format", "response_format"},
+}
+
+// requestFault reports whether a 500's error is one the engine attributes
+// to the request, and the field it is about ("" unknown): such a failure is
+// deterministic, so it is answered as the client's error (400) and never
+// retried on another replica, which would fail the same way. The rule is
+// conservative, since a wrong answer turns an engine failure another
+// replica might have served into a client error: only an error typed
+// invalid_request_error (OpenAI's type for the request's faults; an engine
+// that types a 500 so says the request is at fault) or a message of
+// requestFaultPhrases. Every other 500 (Ollama answers 500 for runner
+// crashes, out of memory and load failures too, with type api_error), a
+// 502/503/504, 429 and transport failures stay retryable.
+func (e engineError) requestFault() (param string, ok bool) {
+	m := strings.ToLower(e.Message)
+	for _, f := range requestFaultPhrases {
+		if strings.Contains(m, f.phrase) {
+			return f.param, true
+		}
+	}
+	if e.Type == contracts.TypeInvalidRequest {
+		return e.Param, true
+	}
+	return "", false
+}
+
 // passCodes are the string codes of an engine's 4xx passed on as they are
 // (OpenAI's own); any other becomes invalid_request.
 var passCodes = map[string]bool{
@@ -168,7 +202,8 @@ func (ec *Client) scrub(msg string) string {
 // mapEngineError turns an engine's failure (status, body) into the error
 // the client gets, and says whether another replica may be tried: only
 // failures of this engine's state are (overload, 5xx), never the
-// deterministic ones (a 4xx: the request or the binding is wrong). status
+// deterministic ones (a 4xx: the request or the binding is wrong; a 500
+// the engine attributes to the request, see requestFault). status
 // is 0 for an error the engine reported inside a 200 (a stream's error
 // event), where the body's numeric code, if any, stands in for it.
 func (ec *Client) mapEngineError(status int, body []byte, ep Endpoint) (*contracts.Error, bool) {
@@ -216,6 +251,16 @@ func (ec *Client) mapEngineError(status int, body []byte, ep Endpoint) (*contrac
 		return e, false
 	case status == http.StatusNotImplemented:
 		return contracts.ErrEngine(withMsg("The engine does not support this request (status 501)")), false
+	case status == http.StatusInternalServerError && shaped:
+		if param, ok := ee.requestFault(); ok {
+			// The engine blames the request: another replica would too.
+			e := &contracts.Error{Status: http.StatusBadRequest, Type: contracts.TypeInvalidRequest,
+				Code: ee.Code, Param: param, Message: msg}
+			if !passCodes[e.Code] {
+				e.Code = contracts.CodeInvalidRequest
+			}
+			return e, false
+		}
 	}
 	return contracts.ErrEngine(withMsg(fmt.Sprintf("The engine failed (status %d)", status))), true
 }

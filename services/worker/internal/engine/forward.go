@@ -280,9 +280,11 @@ type stream struct {
 // relayStream forwards SSE data payloads as they arrive, in OpenAI's
 // layout: an engine error event (llama-server's `error:` line, `event:
 // error`, or an error object as data) ends the stream with an OpenAI error;
-// usage the engine put on a chunk with choices (llama-server) goes out in a
-// chunk of its own with "choices": [] just before [DONE] when the client
-// asked for include_usage, and never when it did not.
+// usage the engine put on chunks with choices (llama-server on its last,
+// Ollama zeros on every completion chunk) is nulled there, and the last of
+// it goes out in a chunk of its own with "choices": [] just before [DONE]
+// when the client asked for include_usage and the engine sent no usage
+// chunk of its own; a client that did not ask gets no usage.
 // firstToken, when set, is called at the first chunk (it stops the TTFT
 // timer).
 func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWriter, body io.Reader, firstToken func() bool) {
@@ -299,7 +301,16 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 	// vLLM's continuous_usage_stats asks for usage on every chunk: the
 	// client gets the engine's layout as it is.
 	continuous := includeUsage && continuousUsage(c.Req.Body)
-	pending := false // bufs.pending holds a usage chunk to send before [DONE]
+	// Usage: only the engine's final count is known usage. That is the
+	// usage of its usage chunk ("choices": [], OpenAI's layout), or failing
+	// one, the last usage seen before [DONE] (llama-server puts it on its
+	// last chunk with choices). Usage on a chunk with choices is provisional
+	// until then: Ollama puts all-zero usage on every completion chunk,
+	// vLLM's continuous_usage_stats a running count; a stream cut before the
+	// final count is estimated (Call.Estimate).
+	final := false   // the engine's usage chunk came
+	pending := false // bufs.pending holds the last chunk with choices and usage
+	pendingAt := 0   // the offset of its usage object
 	for {
 		ev, err := rd.Next()
 		if err != nil {
@@ -322,8 +333,16 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 			return
 		}
 		if bytes.Equal(p, contracts.DoneMarker) {
-			if pending && !st.send(ctx, bufs.pending) {
-				return
+			if !final && c.partialSeen && c.credible(&c.partial) {
+				c.setUsage(&c.partial) // the last usage before [DONE] was the count
+			}
+			if !final && pending {
+				// Usage on a chunk with choices (llama-server): it goes to
+				// the client in a chunk of its own.
+				bufs.usage = usageChunk(bufs.usage[:0], bufs.pending, pendingAt)
+				if len(bufs.usage) > 0 && !st.send(ctx, bufs.usage) {
+					return
+				}
 			}
 			if err := w.End(http.StatusOK, "text/event-stream"); err != nil {
 				c.sendFailed(ctx, w, err)
@@ -337,20 +356,28 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 				Choices []json.RawMessage `json:"choices"`
 				Usage   *Usage            `json:"usage"`
 			}
-			if err := json.Unmarshal(p, &chunk); err == nil {
-				c.setUsage(chunk.Usage)
+			if err := json.Unmarshal(p, &chunk); err == nil && chunk.Usage != nil {
 				switch {
-				case len(chunk.Choices) == 0 && !includeUsage:
-					continue // the usage-only chunk the client did not ask for
 				case len(chunk.Choices) == 0:
-					pending = false // the engine's own usage chunk, in OpenAI's layout
+					// The engine's usage chunk, in OpenAI's layout: final.
+					final, pending = true, false
+					if c.credible(chunk.Usage) {
+						c.setUsage(chunk.Usage)
+					}
+					if !includeUsage {
+						continue // the usage-only chunk the client did not ask for
+					}
 				case continuous:
+					c.partial, c.partialSeen = *chunk.Usage, true // the client gets it as it is
 				default:
-					// Usage on a chunk with choices (llama-server): the
-					// choices go now, the usage in its own chunk at the end.
+					// Usage on a chunk with choices is not OpenAI's layout:
+					// the choices go now with "usage": null; the usage, if
+					// no usage chunk follows, in a chunk of its own at the
+					// end, when the client asked for it.
+					c.partial, c.partialSeen = *chunk.Usage, true
 					if includeUsage {
-						bufs.pending = usageChunk(bufs.pending[:0], p, at)
-						pending = len(bufs.pending) > 0
+						bufs.pending = append(bufs.pending[:0], p...)
+						pendingAt, pending = at, true
 					}
 					bufs.usage = blankUsage(bufs.usage[:0], p, at)
 					p = bufs.usage
