@@ -367,7 +367,7 @@ func (s *Service) sealLegacyEngineKeys(ctx context.Context, store *registry.Stor
 			return
 		}
 		for _, m := range ms {
-			if m.Engine.APIKey != "" {
+			if m.HasClearEngineKey() {
 				s.log.Warn("a model's engine api key is stored in clear; give the edge the workers' secrets public key to seal it", "model", m.Name)
 			}
 		}
