@@ -153,6 +153,10 @@ type OutRequest struct {
 	Header nats.Header
 	// Reservations travel to the worker and back in the usage event.
 	Reservations []events.Reservation
+	// Worker, when set, names the worker replica the request goes to, on
+	// its direct subject (Family.Direct) instead of the model's queue
+	// group: the edge's choice among the model's replicas.
+	Worker string
 	// Flush, when set, is called whenever the data passed to the sink so far
 	// should reach the client: before Do waits for the next frame. Frames
 	// that arrived together are written with one flush; none is held back.
@@ -174,7 +178,7 @@ type Result struct {
 // once on another replica. Errors are *Error (wrapping ErrNoWorker where no
 // worker took the request) or the context's cause.
 func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) error) (Result, error) {
-	subject := c.cfg.Family.Subject(req.Model)
+	subject := c.subject(req)
 	res, err := c.attempt(ctx, subject, req, 1, sink)
 	var be *Error
 	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
@@ -186,6 +190,26 @@ func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) erro
 		res.Retried = true
 	}
 	return res, err
+}
+
+// Once sends req once, to req.Worker or else the model's queue group,
+// without retrying it: the caller picks where a retry goes. final marks
+// the last attempt of the request id (bridge.Request.FinalAttempt): a
+// worker records the usage of a failure only then, so an attempt after
+// which the caller may retry under the same id must not be final.
+func (c *Client) Once(ctx context.Context, req *OutRequest, final bool, sink func([]byte) error) (Result, error) {
+	attempt := 1
+	if final {
+		attempt = MaxAttempts
+	}
+	return c.attempt(ctx, c.subject(req), req, attempt, sink)
+}
+
+func (c *Client) subject(req *OutRequest) string {
+	if req.Worker != "" {
+		return c.cfg.Family.Direct(req.Model, req.Worker)
+	}
+	return c.cfg.Family.Subject(req.Model)
 }
 
 func (c *Client) findOther(ctx context.Context, model, exclude string) string {
