@@ -140,6 +140,9 @@ type Deps struct {
 	// Ready, when set, must also report true for /readyz to answer 200 (the
 	// all-in-one process uses it to wait for every service).
 	Ready func() bool
+	// RoutingClock, when set, is the clock of engine cooldowns (tests);
+	// default time.Now.
+	RoutingClock func() time.Time
 }
 
 // Service is one edge replica.
@@ -342,7 +345,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
 		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
 		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx, HoldTTL: s.cfg.ReservationTTL,
-		Routing: inference.RoutingConfig{CooldownFailures: s.cfg.CooldownFailures, Cooldown: s.cfg.Cooldown},
+		Routing: inference.RoutingConfig{CooldownFailures: s.cfg.CooldownFailures, Cooldown: s.cfg.Cooldown, Now: s.deps.RoutingClock},
 	})
 	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
 	d.vectors = vectorstores.New(vectorstores.Deps{

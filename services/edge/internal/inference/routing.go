@@ -31,6 +31,8 @@ type RoutingConfig struct {
 	// CooldownFailures turns cooldowns off.
 	CooldownFailures int
 	Cooldown         time.Duration
+	// Now is the cooldowns' clock; default Deps.Now.
+	Now func() time.Time
 }
 
 func (c RoutingConfig) withDefaults() RoutingConfig {
@@ -74,6 +76,9 @@ type router struct {
 }
 
 func newRouter(cfg RoutingConfig, now func() time.Time) *router {
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
 	return &router{cfg: cfg.withDefaults(), now: now, engines: make(map[engineKey]*engineStat), replicas: make(map[string]int)}
 }
 
