@@ -25,6 +25,8 @@ type Service struct {
 	server  *bridge.Server
 	engine  *engine.Client
 	hooks   Hooks
+	// limits holds the engine's own rate limits (nil: none).
+	limits *engineLimiter
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -52,6 +54,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		tracer:  deps.Tracer.Tracer("github.com/aiforge/aiforge/services/worker"),
 		metrics: deps.Metrics.forModel(cfg.Model),
 		hooks:   deps.Hooks,
+		limits:  newEngineLimiter(cfg.Engine.RPM, cfg.Engine.TPM, time.Now),
 	}
 	s.engine = engine.New(engine.Config{
 		Served:         cfg.Model,
