@@ -369,7 +369,7 @@ func modelsCmd() *cobra.Command {
   aiforge models register qwen --base-url http://127.0.0.1:11434/v1 --upstream qwen2.5:7b       # Ollama
   # one name over two engines, the second given twice the load, falling back to a provider:
   OPENAI_KEY=sk-... aiforge models register gpt-4o-mini@openai --base-url https://api.openai.com/v1 --upstream gpt-4o-mini \
-      --kind provider --engine-api-key-env OPENAI_KEY --rpm 500 --tpm 200000 --price-input-per-mtok-usd 0.15 --price-output-per-mtok-usd 0.6
+      --kind provider --engine-api-key-env OPENAI_KEY --rpm 500 --tpm 200000 --price-input 0.15 --price-output 0.6
   aiforge models register chat --base-url http://gpu-a:8000/v1 --upstream Qwen/Qwen2.5-7B-Instruct --context-window 32768 \
       --engine id=b,base-url=http://gpu-b:8000/v1,upstream=Qwen/Qwen2.5-7B-Instruct,weight=2 --fallback gpt-4o-mini@openai`,
 		Args: cobra.ExactArgs(1),
