@@ -190,9 +190,9 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 				continue
 			}
 		}
-		res, err, done, retried := s.tryModel(ctx, c, m, states, a, lastModel, hdr, flush, sink, served, log)
-		out = chainResult{res: res, err: err, adm: a, retried: out.retried || retried, answeredBy: name}
-		if done {
+		r := s.tryModel(ctx, c, m, states, a, lastModel, hdr, flush, sink, served, log)
+		out = chainResult{res: r.res, err: r.err, adm: a, retried: out.retried || r.retried, answeredBy: name}
+		if r.done {
 			return out
 		}
 		go s.release(a.id, a.reservations)
@@ -247,18 +247,31 @@ func classify(ctx context.Context, err error, targeted bool) (outcome, bool) {
 	return answer, false
 }
 
+// modelResult is how the attempts on one model ended: done reports that
+// the result is the request's answer.
+type modelResult struct {
+	res           bridge.Result
+	err           error
+	done, retried bool
+}
+
 // tryModel sends the request to model m: to the replica the router picks
 // among states, and once more to another one after a failure another
 // replica may not have; with no states known, to the model's queue group
 // as the bridge does (with its own retry). done reports that the result is
 // the request's answer; otherwise the next model is tried.
 func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states []registry.WorkerState, a admitted, lastModel bool,
-	hdr nats.Header, flush func() error, sink func([]byte) error, served *string, log *attemptLog) (res bridge.Result, err error, done, retried bool) {
+	hdr nats.Header, flush func() error, sink func([]byte) error, served *string, log *attemptLog) modelResult {
 	p := c.Request
+	var (
+		res     bridge.Result
+		err     error
+		retried bool
+	)
 	body, berr := withCap(c.Body, a.capTokens)
 	if berr != nil {
-		return res, &bridge.Error{Status: http.StatusBadRequest, Code: contracts.CodeInvalidJSON,
-			Body: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object.").Body()}, true, false
+		return modelResult{res, &bridge.Error{Status: http.StatusBadRequest, Code: contracts.CodeInvalidJSON,
+			Body: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object.").Body()}, true, false}
 	}
 	req := &bridge.OutRequest{
 		Model: m.Name, ID: a.id, Tenant: c.Key.Tenant, KeyID: c.Key.ID, Endpoint: c.Endpoint,
@@ -274,11 +287,11 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		log.model, log.engine = m.Name, ""
 		res, err = s.d.Client.Do(ctx, req, sink)
 		if err == nil {
-			return res, nil, true, res.Retried
+			return modelResult{res, nil, true, res.Retried}
 		}
 		fail("", err)
 		o, _ := classify(ctx, err, false)
-		return res, err, lastModel || o == answer, res.Retried
+		return modelResult{res, err, lastModel || o == answer, res.Retried}
 	}
 	exclude := map[string]bool{}
 	for try := 0; try < bridge.MaxAttempts; try++ {
@@ -320,7 +333,7 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 				first = time.Since(t0)
 			}
 			s.router.succeeded(m.Name, engine, first)
-			return res, nil, true, retried
+			return modelResult{res, nil, true, retried}
 		}
 		o, fault := classify(ctx, err, true)
 		if fault {
@@ -331,11 +344,11 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		fail(engine, err)
 		switch o {
 		case answer:
-			return res, err, true, retried
+			return modelResult{res, err, true, retried}
 		case nextModel:
-			return res, err, lastModel, retried
+			return modelResult{res, err, lastModel, retried}
 		}
 		exclude[pk.worker.WorkerID] = true
 	}
-	return res, err, lastModel, retried
+	return modelResult{res, err, lastModel, retried}
 }
