@@ -204,10 +204,13 @@ func (m Model) AllEngines() []Engine {
 
 // EngineByID returns the model's engine with id ("" is the first engine
 // when it has no id).
-func (m Model) EngineByID(id string) (Engine, bool) {
-	for _, e := range m.AllEngines() {
-		if e.ID == id {
-			return e, true
+func (m *Model) EngineByID(id string) (Engine, bool) {
+	if m.Engine.ID == id {
+		return m.Engine, true
+	}
+	for i := range m.Engines {
+		if m.Engines[i].ID == id {
+			return m.Engines[i], true
 		}
 	}
 	return Engine{}, false

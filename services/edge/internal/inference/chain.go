@@ -128,6 +128,16 @@ func contextWindow(m registry.Model, states []registry.WorkerState) int64 {
 	return w
 }
 
+// anyServable reports whether a replica of one of m's engines is servable.
+func anyServable(m registry.Model, states []registry.WorkerState) bool {
+	for _, st := range states {
+		if _, known := m.EngineByID(st.EngineID); st.Servable() && (known || len(m.Engines) == 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // replicas is the replica states of a registered model (adapters and
 // models without reported states have none: they go to the queue group).
 func (s *Service) replicas(name string) []registry.WorkerState {
@@ -258,7 +268,8 @@ type modelResult struct {
 // tryModel sends the request to model m: to the replica the router picks
 // among states, and once more to another one after a failure another
 // replica may not have; with no states known, to the model's queue group
-// as the bridge does (with its own retry). done reports that the result is
+// as the bridge does (with its own retry), and so too when none of the
+// reported replicas is servable. done reports that the result is
 // the request's answer; otherwise the next model is tried.
 func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states []registry.WorkerState, a admitted, lastModel bool,
 	hdr nats.Header, flush func() error, sink func([]byte) error, served *string, log *attemptLog) modelResult {
@@ -283,7 +294,14 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		e := s.mapError(ctx, err, m.Name)
 		log.add(m.Name, engine, e.Status, e.Code)
 	}
-	if len(states) == 0 {
+	queue := len(states) == 0
+	if !queue {
+		// Replicas that reported a state but none servable: the states may
+		// lag (a worker that just started), so the queue group decides;
+		// with no worker listening it answers at once.
+		queue = !anyServable(m, states)
+	}
+	if queue {
 		log.model, log.engine = m.Name, ""
 		res, err = s.d.Client.Do(ctx, req, sink)
 		if err == nil {
@@ -303,10 +321,7 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		}
 		if !pk.ok {
 			if try == 0 {
-				msg := "no worker replica of this model is servable"
-				if pk.cooling > 0 {
-					msg = "every engine of this model is cooling down after failures"
-				}
+				msg := "every engine of this model is cooling down after failures"
 				err = fmt.Errorf("%w: %w", bridge.ErrNoWorker, &bridge.Error{Status: http.StatusServiceUnavailable, Code: contracts.CodeNoWorker, Message: msg})
 				fail("", err)
 			}
@@ -338,6 +353,7 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		o, fault := classify(ctx, err, true)
 		if fault {
 			if s.router.failed(m.Name, engine) {
+				s.d.Metrics.cooldowns.WithLabelValues(m.Name, engine).Inc()
 				s.log.Warn("engine in cooldown after failures", "model", m.Name, "engine_id", engine, "cooldown", s.router.cfg.Cooldown)
 			}
 		}

@@ -281,6 +281,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	if ch.retried {
 		m.failovers.WithLabelValues(p.Model).Inc()
 	}
+	if err == nil && served != p.Model {
+		m.fallbacks.WithLabelValues(p.Model, served).Inc()
+	}
 
 	status := http.StatusOK
 	switch {
