@@ -315,3 +315,49 @@ func TestOverloadFallsBackClientErrorDoesNot(t *testing.T) {
 		t.Fatalf("a client error fell back (served %q)", r.header.Get(edgeHdrServed))
 	}
 }
+
+// Every engine's key, the first and the further ones (a provider's), is
+// sealed in the bucket, redacted in answers and opens for the workers.
+func TestEveryEngineKeyStoredSealed(t *testing.T) {
+	h := startEdge(t, nil)
+	const keyB = "sk-provider-key-of-engine-b"
+	r := h.admin("POST", "/admin/v1/models", map[string]any{
+		"name": "chat", "engine": map[string]any{"base_url": "http://127.0.0.1:8000/v1", "model": "up", "api_key": sealedEngineKey},
+		"engines": []map[string]any{{"id": "b", "base_url": "https://api.example.com/v1", "model": "gpt", "api_key": keyB,
+			"kind": "provider", "rpm": 60, "weight": 2}},
+		"fallbacks": []string{"other"}, "context_window": 4096, "routing": "latency",
+	})
+	if r.status != http.StatusCreated || strings.Contains(string(r.body), keyB) || strings.Contains(string(r.body), sealedEngineKey) {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	var view struct {
+		Engine        registry.Engine   `json:"engine"`
+		Engines       []registry.Engine `json:"engines"`
+		Fallbacks     []string          `json:"fallbacks"`
+		ContextWindow int               `json:"context_window"`
+		Routing       string            `json:"routing"`
+	}
+	if err := json.Unmarshal(h.admin("GET", "/admin/v1/models/chat", nil).body, &view); err != nil {
+		t.Fatal(err)
+	}
+	if view.Engine.APIKey != "redacted" || len(view.Engines) != 1 || view.Engines[0].APIKey != "redacted" || view.Engines[0].APIKeySealed != "" ||
+		view.Engines[0].Kind != "provider" || view.Engines[0].RPM != 60 || view.Fallbacks[0] != "other" || view.ContextWindow != 4096 || view.Routing != "latency" {
+		t.Fatalf("view %+v", view)
+	}
+	raw := h.rawModel("chat")
+	if strings.Contains(raw, keyB) || strings.Contains(raw, sealedEngineKey) {
+		t.Fatalf("the bucket holds an engine key in clear: %s", raw)
+	}
+	var m registry.Model
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := m.OpenEngineKey(h.secrets)
+	if err != nil || opened.Engine.APIKey != sealedEngineKey || opened.Engines[0].APIKey != keyB {
+		t.Fatalf("the workers' key opens %+v, %v", opened.AllEngines(), err)
+	}
+	// A fallback to itself or a duplicate engine id is refused.
+	r = h.admin("POST", "/admin/v1/models", map[string]any{"name": "loop", "engine": map[string]any{"base_url": "http://x/v1", "model": "up"},
+		"fallbacks": []string{"loop"}})
+	apiError(t, r, http.StatusBadRequest, "invalid_request")
+}

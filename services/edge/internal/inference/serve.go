@@ -193,10 +193,6 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if ref != nil {
 		return ref
 	}
-	if _, err := withCap(c.Body, adm.capTokens); err != nil {
-		go s.release(adm.id, adm.reservations)
-		return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object."), model: model}
-	}
 	s.serve(w, r, c, adm, out)
 	return nil
 }
