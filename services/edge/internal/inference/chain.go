@@ -180,8 +180,8 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 		states := s.replicas(name)
 		if window := contextWindow(m, states); window > 0 {
 			if need := promptTokenEstimate(p) + p.MaxTokens; need > window {
-				if i == 0 {
-					go s.release(adm.id, adm.reservations)
+				if i == 0 && len(adm.reservations) > 0 {
+					s.release(adm.id, adm.reservations)
 				}
 				e := &contracts.Error{Status: http.StatusBadRequest, Type: contracts.TypeInvalidRequest, Param: "messages", Code: contracts.CodeContextLengthExceeded,
 					Message: fmt.Sprintf("This model's maximum context length is %d tokens; the request needs about %d (prompt estimate plus max_tokens).", window, need)}
@@ -205,7 +205,11 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 		if r.done {
 			return out
 		}
-		go s.release(a.id, a.reservations)
+		// Released before the next model reserves, so that its hold does
+		// not count against the next one's.
+		if len(a.reservations) > 0 {
+			s.release(a.id, a.reservations)
+		}
 		out.adm = admitted{}
 	}
 	return out
