@@ -314,6 +314,16 @@ func TestOverloadFallsBackClientErrorDoesNot(t *testing.T) {
 	if spare.Load() != before || r.header.Get(edgeHdrServed) != "picky" {
 		t.Fatalf("a client error fell back (served %q)", r.header.Get(edgeHdrServed))
 	}
+
+	// Nothing serves: the last failure is the answer, every attempt is
+	// listed, and no model is named as served.
+	h.registerBinding("void-b", nil)
+	h.registerBinding("void-a", map[string]any{"fallbacks": []string{"void-b"}})
+	r = h.do("POST", "/v1/chat/completions", secret, chatBody("void-a", false), nil)
+	apiError(t, r, http.StatusServiceUnavailable, contracts.CodeNoWorker)
+	if a := r.header.Get(edgeHdrAttempts); a != "void-a;status=503;code=model_unavailable, void-b;status=503;code=model_unavailable" || r.header.Get(edgeHdrServed) != "" {
+		t.Fatalf("attempts %q served %q", a, r.header.Get(edgeHdrServed))
+	}
 }
 
 // Every engine's key, the first and the further ones (a provider's), is

@@ -78,8 +78,8 @@ type chainResult struct {
 	// caller still has to release if no usage event will settle it.
 	adm     admitted
 	retried bool
-	// answeredBy is the model whose answer (or error) the client gets;
-	// empty when no model was sent the request.
+	// answeredBy is the model whose answer (or its engine's error) the
+	// client gets; empty when no model answered.
 	answeredBy string
 }
 
@@ -201,7 +201,10 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 			}
 		}
 		r := s.tryModel(ctx, c, m, states, a, lastModel, hdr, flush, sink, served, log)
-		out = chainResult{res: r.res, err: r.err, adm: a, retried: out.retried || r.retried, answeredBy: name}
+		out = chainResult{res: r.res, err: r.err, adm: a, retried: out.retried || r.retried}
+		if r.answered {
+			out.answeredBy = name
+		}
 		if r.done {
 			return out
 		}
@@ -267,6 +270,9 @@ type modelResult struct {
 	res           bridge.Result
 	err           error
 	done, retried bool
+	// answered: the model itself answered (a success, or an error of its
+	// engine that is the client's answer), not a failure to reach it.
+	answered bool
 }
 
 // tryModel sends the request to model m: to the replica the router picks
@@ -286,7 +292,7 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 	body, berr := withCap(c.Body, a.capTokens)
 	if berr != nil {
 		return modelResult{res, &bridge.Error{Status: http.StatusBadRequest, Code: contracts.CodeInvalidJSON,
-			Body: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object.").Body()}, true, false}
+			Body: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object.").Body()}, true, false, false}
 	}
 	req := &bridge.OutRequest{
 		Model: m.Name, ID: a.id, Tenant: c.Key.Tenant, KeyID: c.Key.ID, Endpoint: c.Endpoint,
@@ -309,11 +315,11 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		log.model, log.engine = m.Name, ""
 		res, err = s.d.Client.Do(ctx, req, sink)
 		if err == nil {
-			return modelResult{res, nil, true, res.Retried}
+			return modelResult{res, nil, true, res.Retried, true}
 		}
 		fail("", err)
 		o, _ := classify(ctx, err, false)
-		return modelResult{res, err, lastModel || o == answer, res.Retried}
+		return modelResult{res, err, lastModel || o == answer, res.Retried, o == answer && ctx.Err() == nil}
 	}
 	exclude := map[string]bool{}
 	for try := 0; try < bridge.MaxAttempts; try++ {
@@ -352,7 +358,7 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 				first = time.Since(t0)
 			}
 			s.router.succeeded(m.Name, engine, first)
-			return modelResult{res, nil, true, retried}
+			return modelResult{res, nil, true, retried, true}
 		}
 		o, fault := classify(ctx, err, true)
 		if fault {
@@ -364,11 +370,11 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		fail(engine, err)
 		switch o {
 		case answer:
-			return modelResult{res, err, true, retried}
+			return modelResult{res, err, true, retried, ctx.Err() == nil}
 		case nextModel:
-			return modelResult{res, err, lastModel, retried}
+			return modelResult{res, err, lastModel, retried, false}
 		}
 		exclude[pk.worker.WorkerID] = true
 	}
-	return modelResult{res, err, lastModel, retried}
+	return modelResult{res, err, lastModel, retried, false}
 }
