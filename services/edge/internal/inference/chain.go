@@ -13,6 +13,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -113,6 +114,17 @@ func contains(ss []string, s string) bool {
 // context-window fallbacks only; budgets and rate limits count the bytes.
 func promptTokenEstimate(p Request) int64 { return (p.InputBytes + 3) / 4 }
 
+// promptParam names the request field holding the prompt.
+func promptParam(endpoint string) string {
+	switch endpoint {
+	case events.EndpointCompletions:
+		return "prompt"
+	case events.EndpointEmbeddings:
+		return "input"
+	}
+	return "messages"
+}
+
 // contextWindow is m's context length: the binding's ContextWindow, else
 // the smallest one its servable replicas report; 0 when unknown.
 func contextWindow(m registry.Model, states []registry.WorkerState) int64 {
@@ -168,6 +180,12 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 		lastModel := i == len(chain)-1
 		m, ok := s.d.Directory.Served(name)
 		if i > 0 {
+			if ctx.Err() != nil { // the client left, or the key was revoked
+				if out.err == nil {
+					out.err = context.Cause(ctx)
+				}
+				return out
+			}
 			if !ok {
 				log.add(name, "", http.StatusNotFound, contracts.CodeModelNotFound)
 				continue
@@ -183,7 +201,7 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 				if i == 0 && len(adm.reservations) > 0 {
 					s.release(adm.id, adm.reservations)
 				}
-				e := &contracts.Error{Status: http.StatusBadRequest, Type: contracts.TypeInvalidRequest, Param: "messages", Code: contracts.CodeContextLengthExceeded,
+				e := &contracts.Error{Status: http.StatusBadRequest, Type: contracts.TypeInvalidRequest, Param: promptParam(c.Endpoint), Code: contracts.CodeContextLengthExceeded,
 					Message: fmt.Sprintf("This model's maximum context length is %d tokens; the request needs about %d (prompt estimate plus max_tokens).", window, need)}
 				log.add(name, "", e.Status, e.Code)
 				out = chainResult{err: &bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body()}}
@@ -340,7 +358,10 @@ func (s *Service) tryModel(ctx context.Context, c Call, m registry.Model, states
 		engine := pk.worker.EngineID
 		req.Worker = pk.worker.WorkerID
 		log.model, log.engine = m.Name, engine
-		final := lastModel && (try == bridge.MaxAttempts-1 || !pk.others)
+		// Final (the worker records a failure) only when no retry can
+		// follow under this usage id: a retry may also go to an engine
+		// in cooldown when this is the last model.
+		final := lastModel && (try == bridge.MaxAttempts-1 || (!pk.others && pk.cooling == 0))
 		var first time.Duration
 		t0 := time.Now()
 		timed := func(b []byte) error {
