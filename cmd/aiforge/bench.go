@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -11,12 +12,34 @@ import (
 
 func benchCmd() *cobra.Command {
 	var o bench.Options
+	var engine string
+	var soak bench.SoakOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if soak.Duration > 0 {
+				soak.Progress, soak.Tokens = os.Stderr, o.Tokens
+				_, err := bench.Soak(cmd.Context(), soak, cmd.OutOrStdout())
+				return err
+			}
+			switch engine {
+			case "sim":
+			case bench.EngineLlamaLike:
+				if !cmd.Flags().Changed("requests") {
+					o.Requests = 200
+				}
+				rep, err := bench.RunLlama(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			default:
+				return fmt.Errorf("--engine %q: want sim or %s", engine, bench.EngineLlamaLike)
+			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -29,5 +52,7 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.Concurrency, "concurrency", 32, "concurrency of the throughput runs")
 	c.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput run")
 	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
+	c.Flags().StringVar(&engine, "engine", "sim", "engine simulator mode: sim, or llama-like (headers and body in separate writes without TCP_NODELAY; non-streamed latency, direct vs aiforge; default 200 requests)")
+	soak.AddFlags(c.Flags())
 	return c
 }

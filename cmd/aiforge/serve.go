@@ -267,6 +267,7 @@ func upCmd() *cobra.Command {
 		Short: "Run every service in one process with an embedded NATS JetStream",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			defaultMemoryLimit("/sys/fs/cgroup")
 			o, err := f.options([]string{"all"})
 			if err != nil {
 				return err
@@ -322,6 +323,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
       --engine-url http://127.0.0.1:8000/v1 --engine-model Qwen/Qwen2.5-7B-Instruct   # sidecar next to an engine`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			defaultMemoryLimit("/sys/fs/cgroup")
 			o, err := f.options([]string{args[0]})
 			if err != nil {
 				return err

@@ -68,7 +68,9 @@ func us(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microse
 // usage on) with one model bound to the simulator.
 type Env struct {
 	Direct, Gateway target
-	close           func()
+	// Sim is the engine simulator.
+	Sim   *enginesim.Sim
+	close func()
 }
 
 // Close stops everything Setup started.
@@ -76,6 +78,12 @@ func (e *Env) Close() { e.close() }
 
 // Setup starts the simulator and aiforge and waits until the model answers.
 func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
+	return SetupEngine(ctx, progress, enginesim.Config{})
+}
+
+// SetupEngine is Setup with the simulator configured by sim (its Models are
+// set by the bench).
+func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) (*Env, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -85,7 +93,8 @@ func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
 			closers[i]()
 		}
 	}
-	_, engineURL, closeSim, err := enginesim.Start(enginesim.Config{Models: []string{"bench-upstream"}})
+	sim.Models = []string{"bench-upstream"}
+	engine, engineURL, closeSim, err := enginesim.Start(sim)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +142,7 @@ func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
 	env := &Env{
+		Sim:     engine,
 		Direct:  target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
 		Gateway: target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
 		close:   cleanup,

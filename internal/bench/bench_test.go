@@ -52,3 +52,14 @@ func TestSetupServes(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaRuns checks that the llama-like bench answers on every path.
+func TestLlamaRuns(t *testing.T) {
+	rep, err := RunLlama(context.Background(), Options{Requests: 2, Tokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Aiforge.P50 <= 0 || rep.Direct.P50 <= 0 || rep.DirectQuickAck.P50 <= 0 || rep.DirectStream.P50 <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+}

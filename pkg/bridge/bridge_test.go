@@ -938,3 +938,61 @@ func TestHeartbeatsDoNotOverflowWindow(t *testing.T) {
 		t.Fatalf("frames %q", f)
 	}
 }
+
+// Frames come back under the client's events.BridgeReplies (workers may
+// publish there by grant, so the bus tracks no reply subject per request),
+// and each request's reply subject is fresh and not derived from the last.
+func TestRepliesUnderBridgeNamespace(t *testing.T) {
+	b := newBus(t)
+	for _, tc := range []struct {
+		name   string
+		opts   []nats.Option
+		prefix string
+	}{
+		{"default inbox", nil, events.BridgeReplies("_INBOX") + "."},
+		{"identity inbox", []nats.Option{nats.CustomInboxPrefix("_INBOX_edge")}, events.BridgeReplies("_INBOX_edge") + "."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := nats.Connect(b.srv.ClientURL(), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			replies := make(chan string, 4)
+			sub, err := nc.Subscribe(events.Infer(model), func(m *nats.Msg) {
+				replies <- m.Reply
+				for _, f := range []string{bridge.FrameAck, bridge.FrameEnd} {
+					r := nats.NewMsg(m.Reply)
+					r.Header.Set(bridge.HdrFrame, f)
+					r.Header.Set(bridge.HdrWorker, "w-1")
+					r.Header.Set(bridge.HdrStatus, "200")
+					_ = nc.PublishMsg(r)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			c, err := bridge.NewClient(nc, bridge.ClientConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var seen []string
+			for range 2 {
+				if _, err := c.Do(testCtx(t), newReq(`{}`), func([]byte) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				r := <-replies
+				tok, ok := strings.CutPrefix(r, tc.prefix)
+				if !ok {
+					t.Fatalf("reply subject %q, want it under %q", r, tc.prefix)
+				}
+				seen = append(seen, tok)
+			}
+			if seen[0] == seen[1] {
+				t.Fatalf("two requests shared the reply subject %q", seen[0])
+			}
+		})
+	}
+}

@@ -2,12 +2,15 @@ package bridge
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +47,6 @@ type Client struct {
 	log    *slog.Logger
 	prefix string
 	sub    *nats.Subscription
-	seq    atomic.Uint64
 
 	mu    sync.Mutex
 	calls map[string]*pending
@@ -85,7 +87,11 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{nc: nc, cfg: cfg, log: cfg.Logger, calls: make(map[string]*pending)}
-	c.prefix = nc.NewInbox() + "."
+	inbox := nc.Opts.InboxPrefix
+	if inbox == "" {
+		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	c.prefix = events.BridgeReplies(inbox) + "." + replyToken() + "."
 	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: subscribe inbox: %w", err)
@@ -240,7 +246,7 @@ func (c *Client) findOther(ctx context.Context, model, exclude string) string {
 
 func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, attempt int, sink func([]byte) error) (Result, error) {
 	var res Result
-	tok := strconv.FormatUint(c.seq.Add(1), 36)
+	tok := replyToken()
 	p := &pending{ch: make(chan *nats.Msg, c.cfg.Window+32), id: req.ID}
 	c.mu.Lock()
 	c.calls[tok] = p
@@ -362,6 +368,15 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, a
 			return res, context.Cause(ctx)
 		}
 	}
+}
+
+// replyToken names one request under the client's prefix. Workers may
+// publish anywhere under events.BridgeReplies, so the token is what keeps
+// one worker from writing into a stream it was not given: 128 random bits.
+func replyToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // releaseLater keeps a canceled call registered for a while so that a late

@@ -227,6 +227,22 @@ var permCases = []permCase{
 	{busauth.Worker, "sub", "_INBOX_edge.>", false},
 	{busauth.Usage, "sub", "_INBOX.>", false},
 	{busauth.Worker, "pub", "_INBOX_edge.abc.1", false}, // only as the answer to a request it received
+	// Bridge frames: workers publish to their callers' bridge replies, which
+	// only the caller may read; nobody else publishes there.
+	{busauth.Worker, "pub", "_INBOX_edge.bridge.p.t", true},
+	{busauth.Worker, "pub", "_INBOX_embedder.bridge.p.t", true},
+	{busauth.Worker, "pub", "_INBOX_retriever.bridge.p.t", true},
+	{busauth.Worker, "pub", "_INBOX_usage.bridge.p.t", false},
+	{busauth.Worker, "sub", "_INBOX_edge.bridge.>", false},
+	{busauth.Edge, "sub", "_INBOX_edge.bridge.p.*", true},
+	{busauth.Embedder, "sub", "_INBOX_edge.bridge.>", false},
+	{busauth.Embedder, "pub", "_INBOX_edge.bridge.p.t", false},
+	{busauth.Edge, "pub", "_INBOX_embedder.bridge.p.t", false},
+	// The usage fold may ack its ordered consumer on USAGE (ignored), so
+	// the server need not track each delivery as a response; nothing else.
+	{busauth.Usage, "pub", "$JS.ACK.USAGE.c.1.2.3.4.5", true},
+	{busauth.Usage, "pub", "$JS.ACK.DOCS.ingest.1.2.3.4.5", false},
+	{busauth.Worker, "pub", "$JS.ACK.USAGE.c.1.2.3.4.5", false},
 	{busauth.Worker, "sub", ">", false},
 	// Usage events: workers and the edge record, the usage service reads.
 	{busauth.Worker, "pub", "aiforge.usage.recorded.v2.acme", true},

@@ -155,6 +155,11 @@ func (g *grant) objectStore(name string) *grant {
 // inbox lets an identity receive on its own inbox prefix only.
 func (g *grant) inbox(identity string) *grant { return g.s(InboxPrefix(identity) + ".>") }
 
+// bridgeReplies is every bridge reply subject of an identity's clients.
+func bridgeReplies(identity string) string {
+	return events.BridgeReplies(InboxPrefix(identity)) + ".>"
+}
+
 // Event subjects, one per event type and every key.
 func ev(typ string) string { return typ + ".*" }
 
@@ -198,24 +203,32 @@ func table() map[string]Permissions {
 	put(Edge, edge, nil)
 
 	// Workers answer inference and internal embedding calls (every frame
-	// goes to the request's reply subject, hence Responses without a
-	// message limit), take credits and
+	// goes to the request's reply subject, under the caller's
+	// events.BridgeReplies: a grant, so that the server tracks no reply
+	// subject per streamed request; pings are answered once, hence
+	// Responses of one message), take credits and
 	// cancels on their control subject, publish usage, and read the model
 	// bindings and the catalog. The only bucket they write is their own
 	// state (registry.WorkerState).
 	worker := (&grant{}).inbox(Worker).streamInfo().
 		s(inferAll, embedAll, inferCtlAll).
+		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever)).
 		p(ev(events.TypeUsageRecordedV2)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
 		kvWrite(events.BucketWorkers)
-	put(Worker, worker, &Responses{MaxMsgs: -1, Expires: time.Hour})
+	put(Worker, worker, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
 
 	// The usage service folds USAGE, settles budgets, answers usage
 	// queries, raises budget alerts and keeps its ledger snapshot.
+	// Its fold reads USAGE through an ordered consumer, whose messages carry
+	// a $JS.ACK reply subject: the grant to publish there (acks an
+	// ordered consumer ignores; USAGE has no durable to spoof) keeps the
+	// server from tracking each delivered event as an allowed response for
+	// two minutes, which it would under Responses.
 	usage := (&grant{}).inbox(Usage).streamInfo().
 		s(events.UsageQuery).
 		p(ev(events.TypeBudgetAlertV1)).
-		ordered(events.StreamUsage).
+		ordered(events.StreamUsage).p("$JS.ACK."+events.StreamUsage+".>").
 		kvWrite(events.BucketBudgets).
 		kvRead(registryBuckets...).kvRead(events.BucketCatalog, events.BucketDeployments).
 		objectStore(LedgerStore)

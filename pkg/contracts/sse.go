@@ -62,9 +62,14 @@ type SSEReader struct {
 	buf []byte
 }
 
+// sseBuffer holds a typical event line; a longer one is collected whole in
+// Next. It was 64 KiB: a zeroed 64 KiB allocation per streamed request,
+// most of the garbage a stream made.
+const sseBuffer = 4 << 10
+
 // NewSSEReader reads from r.
 func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, 64<<10)}
+	return &SSEReader{r: bufio.NewReaderSize(r, sseBuffer)}
 }
 
 // Next returns the next data payload. The slice is valid until the next call.

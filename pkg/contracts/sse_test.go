@@ -41,7 +41,7 @@ func equalStrings(a, b []string) bool {
 }
 
 func TestSSEReader(t *testing.T) {
-	long := strings.Repeat("x", 200<<10) // well past the 64 KiB buffer
+	long := strings.Repeat("x", 200<<10) // well past the reader's buffer
 	cases := []struct {
 		name    string
 		in      string
@@ -61,7 +61,7 @@ func TestSSEReader(t *testing.T) {
 		{"CRLF line endings", "data: a\r\n\r\ndata: b\r\ndata: c\r\n\r\n", []string{"a", "b\nc"}, io.EOF},
 		{"CRLF comment", ": ping\r\n\r\ndata: z\r\n\r\n", []string{"z"}, io.EOF},
 		{"done marker", "data: {\"x\":1}\n\ndata: [DONE]\n\n", []string{`{"x":1}`, "[DONE]"}, io.EOF},
-		{"line longer than 64 KiB", "data: " + long + "\n\ndata: after\n\n", []string{long, "after"}, io.EOF},
+		{"line longer than the buffer", "data: " + long + "\n\ndata: after\n\n", []string{long, "after"}, io.EOF},
 		{"long multi-line", "data: " + long + "\ndata: " + long + "\n\n", []string{long + "\n" + long}, io.EOF},
 		{"EOF after data line without blank line", "data: a\n\ndata: b\n", []string{"a"}, io.ErrUnexpectedEOF},
 		{"EOF after a data-less field is clean", "data: a\n\nevent: x\n", []string{"a"}, io.EOF},

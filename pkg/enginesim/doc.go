@@ -18,10 +18,19 @@
 //	POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's runtime LoRA API)
 //
 // and can be told to be slow (time to first token, tokens per second) or to
-// fail in specific ways (error before the first token, error event mid-stream,
-// hang until the client gives up, abrupt disconnect) so that the gateway's
-// timeout, retry, cancellation and error-mapping paths can be tested
-// deterministically. Stats exposes counters (in flight, completed, canceled by
+// fail in specific ways (error before the first token with any status,
+// error event mid-stream, hang until the client gives up, abrupt
+// disconnect, llama-server's `error:` line after a 200, `event: error`, a
+// context window) so that the gateway's timeout, retry, cancellation and
+// error-mapping paths can be tested deterministically.
+//
+// It can also behave like the real engines where they differ from OpenAI:
+// error bodies in llama-server's, vLLM's or Ollama's shape (ErrorStyle),
+// usage on the last chunk with choices (UsageOnLastChunk), /v1/models open
+// while inference needs the key (OpenModels), and headers and body in
+// separate writes without TCP_NODELAY (SplitWrites), which makes a client
+// that delays its ACKs wait about 40 ms per kept-alive call. LlamaLike
+// turns all of llama-server's on. `aiforge enginesim` has a flag for each. Stats exposes counters (in flight, completed, canceled by
 // the client, injected failures, tokens written) so tests can assert, for
 // example, that a client disconnect at the gateway cancels the engine request.
 //

@@ -179,7 +179,7 @@ func (s *Sim) serveEmbeddings(w http.ResponseWriter, r *http.Request, e *embReq)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(e.tokens), 10)
 	b = append(b, "}}"...)
-	writeJSON(w, http.StatusOK, b)
+	s.writeJSON(w, http.StatusOK, b)
 	*bp = b
 	putBuf(bp)
 	s.completed.Add(1)

@@ -110,7 +110,11 @@ func (s *Sim) serveStream(w http.ResponseWriter, r *http.Request, g *gen, f Fail
 			tm.Stop()
 		}
 	}()
-	if ttft > 0 {
+	usageLast := s.usageLast
+	if usageLast {
+		g.includeUsage = false // no "usage":null on every chunk
+	}
+	if ttft > 0 || s.splitWrites {
 		// Like real engines, answer with headers at once and make the client
 		// wait for the first token.
 		w.WriteHeader(http.StatusOK)
@@ -137,6 +141,9 @@ func (s *Sim) serveStream(w http.ResponseWriter, r *http.Request, g *gen, f Fail
 	limit := total
 	if failing {
 		after := max(f.AfterTokens, 1)
+		if f.Mode == FailErrorLine || f.Mode == FailErrorEvent {
+			after = max(f.AfterTokens, 0)
+		}
 		limit = min(after, total)
 	}
 	var pieces [3]string
@@ -179,10 +186,8 @@ func (s *Sim) serveStream(w http.ResponseWriter, r *http.Request, g *gen, f Fail
 
 	if failing {
 		switch f.Mode {
-		case FailAfterFirstToken:
-			buf = append(buf[:pre], "data: "...)
-			buf = appendError(buf, errSimulated)
-			buf = append(buf, "\n\n"...)
+		case FailAfterFirstToken, FailErrorLine, FailErrorEvent:
+			buf = s.appendErrorEvent(buf[:pre], f.Mode, s.injected(f, g))
 			_ = send(w, rc, buf[pre:])
 			return
 		case FailDisconnect:
@@ -194,7 +199,18 @@ func (s *Sim) serveStream(w http.ResponseWriter, r *http.Request, g *gen, f Fail
 	buf = buf[:pre]
 	buf = append(buf, buf[:pre]...)
 	buf = g.appendFinalChoice(buf)
-	buf = g.appendChunkEnd(buf)
+	if usageLast {
+		// llama-server's layout: usage and timings on the last chunk.
+		buf = append(buf, `],"usage":`...)
+		buf = g.appendUsage(buf)
+		buf = append(buf, `,"timings":{"prompt_n":`...)
+		buf = strconv.AppendInt(buf, int64(g.promptTokens), 10)
+		buf = append(buf, `,"prompt_ms":0.1,"predicted_n":`...)
+		buf = strconv.AppendInt(buf, int64(g.completionTokens()), 10)
+		buf = append(buf, `,"predicted_ms":0.1}}`+"\n\n"...)
+	} else {
+		buf = g.appendChunkEnd(buf)
+	}
 	if g.includeUsage {
 		buf = append(buf, buf[:pre]...)
 		buf = append(buf, `],"usage":`...)
@@ -263,7 +279,7 @@ func (s *Sim) serveNonStream(w http.ResponseWriter, r *http.Request, g *gen) {
 	b = append(b, `"}],"usage":`...)
 	b = g.appendUsage(b)
 	b = append(b, '}')
-	writeJSON(w, http.StatusOK, b)
+	s.writeJSON(w, http.StatusOK, b)
 	*bp = b
 	putBuf(bp)
 	s.tokensSent.Add(int64(n))

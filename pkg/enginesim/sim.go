@@ -42,6 +42,45 @@ type Config struct {
 	// APIKey, if set, must be presented as "Authorization: Bearer <APIKey>" on
 	// every /v1/* request (health endpoints excepted), else 401.
 	APIKey string
+	// OpenModels leaves GET /v1/models and /v1/models/{id} open when APIKey
+	// is set, as llama-server does (it checks the key on the inference
+	// endpoints only): a wrong key is not caught by listing the models.
+	OpenModels bool
+	// SplitWrites makes the simulator write like llama-server's HTTP
+	// library: TCP_NODELAY off on the connections it accepts (Start,
+	// NewServer), and every inference answer's headers flushed in a write
+	// of their own before its body (a stream's headers at once, before its
+	// first token). On a kept-alive connection whose client delays its
+	// ACKs, Nagle's algorithm then holds the body until the delayed ACK
+	// (about 40 ms on Linux).
+	SplitWrites bool
+	// UsageOnLastChunk puts a stream's usage (and llama-server's timings)
+	// on its last chunk with choices, the one with finish_reason, instead
+	// of OpenAI's separate final chunk with "choices": []; like
+	// llama-server it is sent whether or not the request asked for
+	// include_usage, and other chunks carry no "usage" key.
+	UsageOnLastChunk bool
+	// ErrorStyle is the shape of every error body (OpenAI's by default).
+	ErrorStyle ErrorStyle
+	// ContextSize, when positive, is the context window in tokens: a chat
+	// or completion request whose prompt has more tokens is refused with a
+	// context overflow in ErrorStyle's words (400); in StyleLlama a
+	// streamed one is answered 200 and then an `error:` line and
+	// `data: [DONE]`, as llama-server does. Such refusals count as
+	// Rejected.
+	ContextSize int
+}
+
+// LlamaLike returns cfg set up to behave like llama.cpp's llama-server:
+// split writes without TCP_NODELAY, usage on the last chunk, llama's error
+// bodies (numeric codes, `error:` lines in streams) and /v1/models open
+// while a key is required elsewhere.
+func LlamaLike(cfg Config) Config {
+	cfg.SplitWrites = true
+	cfg.UsageOnLastChunk = true
+	cfg.OpenModels = true
+	cfg.ErrorStyle = StyleLlama
+	return cfg
 }
 
 // FailureMode selects an injected failure.
@@ -50,8 +89,8 @@ type FailureMode int
 const (
 	// FailNone disables failure injection.
 	FailNone FailureMode = iota
-	// FailBeforeFirstToken answers HTTP 500 with an OpenAI-shaped error body
-	// before any token.
+	// FailBeforeFirstToken answers HTTP Failure.Status (default 500) with
+	// an error body in the simulator's ErrorStyle before any token.
 	FailBeforeFirstToken
 	// FailAfterFirstToken, when streaming, sends Failure.AfterTokens tokens
 	// (default 1), then an SSE error event `data: {"error":{...}}` and ends the
@@ -67,20 +106,34 @@ const (
 	// (HTTP/2, httptest.ResponseRecorder) the handler panics with
 	// http.ErrAbortHandler, which net/http servers turn into a reset.
 	FailDisconnect
+	// FailErrorLine, when streaming, answers 200, sends Failure.AfterTokens
+	// tokens (0 = none), then llama-server's non-standard `error: {...}`
+	// SSE line and `data: [DONE]`, as llama-server reports a prompt longer
+	// than its context. Non-streamed requests get the error as an HTTP
+	// answer.
+	FailErrorLine
+	// FailErrorEvent, when streaming, answers 200, sends
+	// Failure.AfterTokens tokens (0 = none), then `event: error` with the
+	// error body as its data, and ends without [DONE]. Non-streamed
+	// requests get the error as an HTTP answer.
+	FailErrorEvent
 )
 
+var failureNames = [...]string{"none", "before-first-token", "after-first-token", "hang", "disconnect", "error-line", "error-event"}
+
+// ParseFailureMode returns the mode named s (as String writes it).
+func ParseFailureMode(s string) (FailureMode, error) {
+	for i, n := range failureNames {
+		if n == s {
+			return FailureMode(i), nil
+		}
+	}
+	return 0, errors.New("enginesim: unknown failure mode " + strconv.Quote(s) + " (" + strings.Join(failureNames[:], ", ") + ")")
+}
+
 func (m FailureMode) String() string {
-	switch m {
-	case FailNone:
-		return "none"
-	case FailBeforeFirstToken:
-		return "before-first-token"
-	case FailAfterFirstToken:
-		return "after-first-token"
-	case FailHang:
-		return "hang"
-	case FailDisconnect:
-		return "disconnect"
+	if m >= 0 && int(m) < len(failureNames) {
+		return failureNames[m]
 	}
 	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -90,8 +143,17 @@ func (m FailureMode) String() string {
 type Failure struct {
 	Mode FailureMode
 	// AfterTokens is the number of tokens streamed before FailAfterFirstToken
-	// or FailDisconnect strike; values < 1 mean 1.
+	// or FailDisconnect strike; values < 1 mean 1. FailErrorLine and
+	// FailErrorEvent take it as it is (0: the error comes first).
 	AfterTokens int
+	// Status is the HTTP status of the injected error (and the numeric
+	// code in StyleLlama and StyleVLLM bodies); default 500, or 400 with
+	// ContextOverflow. Its message and type follow it: 401 a wrong key,
+	// 404 an unknown model, 429 overload, 503 a model still loading.
+	Status int
+	// ContextOverflow makes the injected error the engine's context
+	// overflow (in the simulator's ErrorStyle).
+	ContextOverflow bool
 	// Count is the number of requests the failure applies to: 0 = every
 	// request until cleared with SetFailure(Failure{}), N > 0 = only the next
 	// N requests, after which it clears itself.
@@ -135,6 +197,11 @@ type Sim struct {
 	answerTokens     int
 	embeddingDims    int
 	authHeader       string // "Bearer <key>", empty = no auth
+	openModels       bool
+	splitWrites      bool
+	usageLast        bool
+	style            ErrorStyle
+	contextSize      int
 
 	ttftNanos atomic.Int64
 	tpsBits   atomic.Uint64
@@ -176,6 +243,11 @@ func New(cfg Config) *Sim {
 		answerTokens:     cfg.AnswerTokens,
 		embeddingDims:    cfg.EmbeddingDims,
 		modelSet:         make(map[string]struct{}),
+		openModels:       cfg.OpenModels,
+		splitWrites:      cfg.SplitWrites,
+		usageLast:        cfg.UsageOnLastChunk,
+		style:            cfg.ErrorStyle,
+		contextSize:      cfg.ContextSize,
 	}
 	if s.defaultMaxTokens <= 0 {
 		s.defaultMaxTokens = 16
@@ -228,10 +300,7 @@ func Start(cfg Config) (sim *Sim, baseURL string, closeFn func(), err error) {
 	if err != nil {
 		return nil, "", func() {}, err
 	}
-	srv := &http.Server{
-		Handler:           sim,
-		ReadHeaderTimeout: 30 * time.Second,
-	}
+	srv := sim.NewServer()
 	go func() { _ = srv.Serve(ln) }()
 	var once sync.Once
 	closeFn = func() { once.Do(func() { _ = srv.Close() }) }
@@ -247,7 +316,7 @@ func (s *Sim) Models() []string { return append([]string(nil), s.models...) }
 // SetFailure sets the failure injected into subsequent requests, replacing
 // any previous one. SetFailure(Failure{}) clears it. Unknown modes clear it.
 func (s *Sim) SetFailure(f Failure) {
-	if f.Mode <= FailNone || f.Mode > FailDisconnect {
+	if f.Mode <= FailNone || f.Mode > FailErrorEvent {
 		f = Failure{}
 	}
 	if f.Count < 0 {
@@ -415,7 +484,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/health", "/v1/health":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header()["Allow"] = hdrAllowGet
-			writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+			s.writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
 				msg: "Method " + r.Method + " not allowed on " + path})
 			return
 		}
@@ -424,7 +493,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !strings.HasPrefix(path, "/v1/") {
-		writeError(w, notFound(r))
+		s.writeError(w, notFound(r))
 		return
 	}
 	ep := epNone
@@ -441,8 +510,9 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.recordHeaders(r.Header, false)
-	if !s.authorized(r) {
-		writeError(w, errUnauthorized)
+	open := s.openModels && (path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"))
+	if !open && !s.authorized(r) {
+		s.writeError(w, errUnauthorized)
 		return
 	}
 	if s.serveLoRA(w, r, path) {
@@ -451,12 +521,12 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ep != epNone:
 		w.Header()["Allow"] = hdrAllowPost
-		writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+		s.writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
 			msg: "Method " + r.Method + " not allowed on " + path + "; use POST"})
 	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header()["Allow"] = hdrAllowGet
-			writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+			s.writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
 				msg: "Method " + r.Method + " not allowed on " + path})
 			return
 		}
@@ -464,15 +534,15 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if id, ok := strings.CutPrefix(path, "/v1/models/"); ok {
 			var known bool
 			if body, known = s.modelObject(id); !known {
-				writeError(w, modelNotFound(id))
+				s.writeError(w, modelNotFound(id))
 				return
 			}
 		} else {
 			body = s.modelList()
 		}
-		writeJSON(w, http.StatusOK, body)
+		s.writeJSON(w, http.StatusOK, body)
 	default:
-		writeError(w, notFound(r))
+		s.writeError(w, notFound(r))
 	}
 }
 
@@ -543,6 +613,15 @@ func (s *Sim) inference(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	}
 	g.id = s.seq.Add(1)
 	g.created = time.Now().Unix()
+	if s.contextSize > 0 && g.promptTokens > s.contextSize {
+		s.rejected.Add(1)
+		if g.stream && s.style == StyleLlama {
+			s.serveStream(w, r, &g, Failure{Mode: FailErrorLine, ContextOverflow: true}, true)
+			return
+		}
+		s.writeError(w, s.contextOverflow(&g))
+		return
+	}
 	f, failing := s.takeFailure()
 	if g.stream {
 		s.serveStream(w, r, &g, f, failing)
@@ -556,7 +635,7 @@ func (s *Sim) inference(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 func (s *Sim) reject(w http.ResponseWriter, e *apiError) {
 	s.rejected.Add(1)
-	writeError(w, e)
+	s.writeError(w, e)
 }
 
 // failNonStream applies f to a request that is answered in one piece (or to
@@ -564,8 +643,8 @@ func (s *Sim) reject(w http.ResponseWriter, e *apiError) {
 // has been dealt with.
 func (s *Sim) failNonStream(w http.ResponseWriter, r *http.Request, f Failure) bool {
 	switch f.Mode {
-	case FailBeforeFirstToken, FailAfterFirstToken:
-		writeError(w, errSimulated)
+	case FailBeforeFirstToken, FailAfterFirstToken, FailErrorLine, FailErrorEvent:
+		s.writeError(w, s.injected(f, nil))
 		return true
 	case FailHang:
 		<-r.Context().Done()

@@ -139,7 +139,16 @@ const (
 
 // Real-time inference over core NATS request/reply. Workers of one model
 // share Infer(model) through the queue group InferQueue(model); the reply
-// subject is the edge's inbox.
+// subject is under the caller's BridgeReplies.
+
+// BridgeReplies is where a bridge client (the edge, the embedder, the
+// retriever) receives a worker's frames: a namespace under the client's
+// inbox prefix (nats.CustomInboxPrefix; "_INBOX" without one) that workers
+// may publish to. A grant, not allow_responses: the server remembers an
+// allowed response subject until it expires, and a streamed answer has no
+// message limit, so every request would hold server memory for the whole
+// expiry. The last token under it (one per request) is unguessable.
+func BridgeReplies(inboxPrefix string) string { return inboxPrefix + ".bridge" }
 
 // Infer is where requests for a model are published.
 func Infer(model string) string { return "aiforge.infer.v1." + Token(model) }

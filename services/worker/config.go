@@ -204,10 +204,14 @@ func (d Deps) validate() error {
 // for hundreds of concurrent streams to one engine, no compression (streams
 // must not be buffered by a decompressor), and no overall timeout, because a
 // stream may last minutes; requests are bounded by their context instead.
+// Its connections ACK at once (TCP_QUICKACK on Linux): engines that write
+// headers and body apart without TCP_NODELAY (llama-server) would otherwise
+// make every non-streamed answer wait for a delayed ACK, about 40 ms, on a
+// kept-alive connection.
 func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           engine.QuickAck((&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   512,
 		IdleConnTimeout:       90 * time.Second,

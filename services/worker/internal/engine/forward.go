@@ -11,7 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,48 +152,47 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 		return
 	}
 	if c.Stream {
+		if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+			ec.unexpectedWhole(ctx, c, w, resp)
+			return
+		}
 		ec.relayStream(ctx, c, w, resp.Body, firstToken)
 		return
 	}
 	ec.relayWhole(ctx, c, w, resp, b64)
 }
 
-// engineStatus answers an engine's non-200 answer.
+// engineStatus answers an engine's non-200 answer with an OpenAI-shaped
+// error (string codes, param where known, the engine's message without its
+// key); only failures another replica may not share are retryable.
 func (ec *Client) engineStatus(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 	if err != nil && c.interrupted(ctx, w) {
 		return
 	}
-	apiErr, shaped := contracts.ParseError(resp.StatusCode, body)
-	st := resp.StatusCode
-	switch {
-	case st == http.StatusTooManyRequests:
-		e := contracts.ErrOverloaded(ec.cfg.Served)
-		if shaped {
-			e.Message = apiErr.Message
-		}
-		c.fail(w, &bridge.Error{Status: st, Code: contracts.CodeOverloaded, Message: e.Message, Body: e.Body(), Retryable: true})
-	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusNotFound:
-		// The client's request is fine: this replica's binding is not.
-		c.engineFailure(w, fmt.Sprintf("The engine refused the worker's request (status %d); check the model binding.", st))
-	case st >= 400 && st < 500:
-		if !shaped {
-			msg := "The engine rejected the request: " + truncate(string(bytes.TrimSpace(body)), 512)
-			apiErr = &contracts.Error{Status: st, Type: contracts.TypeInvalidRequest, Code: contracts.CodeInvalidRequest, Message: msg}
-			body = apiErr.Body()
-		}
-		code := apiErr.Code
-		if _, numeric := strconv.Atoi(code); code == "" || numeric == nil {
-			code = contracts.CodeInvalidRequest // vLLM puts the HTTP status there
-		}
-		c.fail(w, &bridge.Error{Status: st, Code: code, Message: apiErr.Message, Body: body})
-	default:
-		msg := fmt.Sprintf("The engine failed (status %d)", st)
-		if shaped {
-			msg += ": " + truncate(apiErr.Message, 512)
-		}
-		c.engineFailure(w, msg)
+	ec.engineError(c, w, resp.StatusCode, body)
+}
+
+// unexpectedWhole answers a stream request the engine answered with JSON
+// instead of an event stream: an error object (some engines answer errors
+// with 200), or a failure.
+func (ec *Client) unexpectedWhole(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if err != nil && c.interrupted(ctx, w) {
+		return
 	}
+	if isErrorEvent(body) {
+		ec.engineError(c, w, 0, body)
+		return
+	}
+	c.engineFailure(w, "The engine answered a stream request with a JSON body, not an event stream.")
+}
+
+// engineError fails the call with the engine's error (status 0: one
+// reported inside a 200 answer).
+func (ec *Client) engineError(c *Call, w *bridge.ResponseWriter, status int, body []byte) {
+	e, retryable := ec.mapEngineError(status, body, c.Endpoint)
+	c.fail(w, &bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body(), Retryable: retryable})
 }
 
 func truncate(s string, n int) string {
@@ -211,6 +210,10 @@ func (ec *Client) relayWhole(ctx context.Context, c *Call, w *bridge.ResponseWri
 			return
 		}
 		c.engineFailure(w, "The engine's answer was cut short: "+err.Error())
+		return
+	}
+	if isErrorEvent(body) {
+		ec.engineError(c, w, 0, body) // an error answered with 200 (LM Studio, some proxies)
 		return
 	}
 	u, err := findUsage(body)
@@ -258,27 +261,47 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 }
 
 // streamBufs are the scratch buffers of one stream, recycled.
-type streamBufs struct{ usage, model []byte }
+type streamBufs struct{ usage, model, pending []byte }
 
 var bufPool = sync.Pool{New: func() any {
 	return &streamBufs{usage: make([]byte, 0, 1024), model: make([]byte, 0, 4096)}
 }}
 
-// relayStream forwards SSE data payloads as they arrive.
+// stream is the state of one relayed stream.
+type stream struct {
+	ec         *Client
+	c          *Call
+	w          *bridge.ResponseWriter
+	bufs       *streamBufs
+	firstToken func() bool
+	last       time.Time
+}
+
+// relayStream forwards SSE data payloads as they arrive, in OpenAI's
+// layout: an engine error event (llama-server's `error:` line, `event:
+// error`, or an error object as data) ends the stream with an OpenAI error;
+// usage the engine put on a chunk with choices (llama-server) goes out in a
+// chunk of its own with "choices": [] just before [DONE] when the client
+// asked for include_usage, and never when it did not.
 // firstToken, when set, is called at the first chunk (it stops the TTFT
 // timer).
 func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWriter, body io.Reader, firstToken func() bool) {
-	rd := contracts.NewSSEReader(body)
+	rd := newSSEReader(body)
 	bufs := bufPool.Get().(*streamBufs)
 	defer func() {
-		if cap(bufs.usage) <= 1<<20 && cap(bufs.model) <= 1<<20 {
+		if cap(bufs.usage) <= 1<<20 && cap(bufs.model) <= 1<<20 && cap(bufs.pending) <= 1<<20 {
+			bufs.pending = bufs.pending[:0]
 			bufPool.Put(bufs)
 		}
 	}()
+	st := stream{ec: ec, c: c, w: w, bufs: bufs, firstToken: firstToken}
 	includeUsage := c.Req.IncludeUsage
-	var last time.Time
+	// vLLM's continuous_usage_stats asks for usage on every chunk: the
+	// client gets the engine's layout as it is.
+	continuous := includeUsage && continuousUsage(c.Req.Body)
+	pending := false // bufs.pending holds a usage chunk to send before [DONE]
 	for {
-		p, err := rd.Next()
+		ev, err := rd.Next()
 		if err != nil {
 			if c.interrupted(ctx, w) {
 				return
@@ -290,22 +313,23 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 			}
 			return
 		}
+		p := ev.data
+		if len(p) == 0 && !ev.error {
+			continue // an empty data field: nothing to forward
+		}
+		if ev.error || isErrorEvent(p) {
+			ec.engineError(c, w, 0, p)
+			return
+		}
 		if bytes.Equal(p, contracts.DoneMarker) {
+			if pending && !st.send(ctx, bufs.pending) {
+				return
+			}
 			if err := w.End(http.StatusOK, "text/event-stream"); err != nil {
 				c.sendFailed(ctx, w, err)
 				return
 			}
 			c.Outcome = OutcomeOK
-			return
-		}
-		if isErrorEvent(p) {
-			msg := "The engine failed mid-stream."
-			if e, ok := contracts.ParseError(http.StatusBadGateway, p); ok {
-				msg = "The engine failed mid-stream: " + truncate(e.Message, 512)
-			} else if m := vllmErrorMessage(p); m != "" {
-				msg = "The engine failed mid-stream: " + truncate(m, 512)
-			}
-			c.engineFailure(w, msg)
 			return
 		}
 		if at := usageAt(p); at >= 0 {
@@ -315,44 +339,114 @@ func (ec *Client) relayStream(ctx context.Context, c *Call, w *bridge.ResponseWr
 			}
 			if err := json.Unmarshal(p, &chunk); err == nil {
 				c.setUsage(chunk.Usage)
-				if !includeUsage {
-					if len(chunk.Choices) == 0 {
-						continue // the usage-only chunk the client did not ask for
+				switch {
+				case len(chunk.Choices) == 0 && !includeUsage:
+					continue // the usage-only chunk the client did not ask for
+				case len(chunk.Choices) == 0:
+					pending = false // the engine's own usage chunk, in OpenAI's layout
+				case continuous:
+				default:
+					// Usage on a chunk with choices (llama-server): the
+					// choices go now, the usage in its own chunk at the end.
+					if includeUsage {
+						bufs.pending = usageChunk(bufs.pending[:0], p, at)
+						pending = len(bufs.pending) > 0
 					}
 					bufs.usage = blankUsage(bufs.usage[:0], p, at)
 					p = bufs.usage
 				}
 			}
 		}
-		content := hasContent(p)
-		if ec.modelNeedle != nil {
-			if i := bytes.Index(p, ec.modelNeedle); i >= 0 {
-				out := append(bufs.model[:0], p[:i]...)
-				out = append(out, ec.modelRepl...)
-				out = append(out, p[i+len(ec.modelNeedle):]...)
-				bufs.model, p = out, out
-			}
-		}
-		now := time.Now()
-		if w.Sent() == 0 {
-			if firstToken != nil && !firstToken() && ctx.Err() != nil {
-				c.interrupted(ctx, w) // the timer fired first
-				return
-			}
-			c.TTFT = now.Sub(c.Started)
-			ec.ttft.Observe(c.TTFT.Seconds())
-		} else {
-			ec.itl.Observe(now.Sub(last).Seconds())
-		}
-		last = now
-		if err := w.Data(ctx, p); err != nil {
-			c.sendFailed(ctx, w, err)
+		if !st.send(ctx, p) {
 			return
 		}
-		if content {
-			c.Chunks++
+	}
+}
+
+var continuousKey = []byte(`"continuous_usage_stats"`)
+
+// continuousUsage reports whether a request's stream_options ask for
+// continuous_usage_stats (vLLM: usage on every chunk).
+func continuousUsage(body []byte) bool {
+	if !bytes.Contains(body, continuousKey) {
+		return false
+	}
+	var req struct {
+		StreamOptions *struct {
+			Continuous bool `json:"continuous_usage_stats"`
+		} `json:"stream_options"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.StreamOptions != nil && req.StreamOptions.Continuous
+}
+
+// send forwards one chunk with the served model name put in; false means
+// the call has failed (and its final frame is out).
+func (st *stream) send(ctx context.Context, p []byte) bool {
+	c, w, ec := st.c, st.w, st.ec
+	content := hasContent(p)
+	if ec.modelNeedle != nil {
+		if i := bytes.Index(p, ec.modelNeedle); i >= 0 {
+			out := append(st.bufs.model[:0], p[:i]...)
+			out = append(out, ec.modelRepl...)
+			out = append(out, p[i+len(ec.modelNeedle):]...)
+			st.bufs.model, p = out, out
 		}
 	}
+	now := time.Now()
+	if w.Sent() == 0 {
+		if st.firstToken != nil && !st.firstToken() && ctx.Err() != nil {
+			c.interrupted(ctx, w) // the timer fired first
+			return false
+		}
+		c.TTFT = now.Sub(c.Started)
+		ec.ttft.Observe(c.TTFT.Seconds())
+	} else {
+		ec.itl.Observe(now.Sub(st.last).Seconds())
+	}
+	st.last = now
+	if err := w.Data(ctx, p); err != nil {
+		c.sendFailed(ctx, w, err)
+		return false
+	}
+	if content {
+		c.Chunks++
+	}
+	return true
+}
+
+// usageChunk appends to dst OpenAI's usage chunk for the chunk p whose usage
+// object starts at offset at: p's id, object, created, model and
+// system_fingerprint, "choices": [] and the usage as the engine wrote it.
+// It appends nothing when p is not a JSON object.
+func usageChunk(dst, p []byte, at int) []byte {
+	end := objectEnd(p, at)
+	if end < 0 {
+		return dst
+	}
+	var h struct {
+		ID                json.RawMessage `json:"id"`
+		Object            json.RawMessage `json:"object"`
+		Created           json.RawMessage `json:"created"`
+		Model             json.RawMessage `json:"model"`
+		SystemFingerprint json.RawMessage `json:"system_fingerprint"`
+	}
+	if json.Unmarshal(p, &h) != nil {
+		return dst
+	}
+	dst = append(dst, '{')
+	for _, f := range [...]struct {
+		key string
+		v   json.RawMessage
+	}{{`"id":`, h.ID}, {`"object":`, h.Object}, {`"created":`, h.Created}, {`"model":`, h.Model}, {`"system_fingerprint":`, h.SystemFingerprint}} {
+		if len(f.v) > 0 {
+			dst = append(dst, f.key...)
+			dst = append(dst, f.v...)
+			dst = append(dst, ',')
+		}
+	}
+	dst = append(dst, `"choices":[],"usage":`...)
+	dst = append(dst, p[at:end]...)
+	return append(dst, '}')
 }
 
 var (
@@ -432,14 +526,6 @@ func objectEnd(p []byte, at int) int {
 func isErrorEvent(p []byte) bool {
 	i := skipSpace(p, 0)
 	return bytes.HasPrefix(p[i:], errorPrefix) || bytes.Contains(p, objectError)
-}
-
-func vllmErrorMessage(p []byte) string {
-	var e struct {
-		Message string `json:"message"`
-	}
-	_ = json.Unmarshal(p, &e)
-	return e.Message
 }
 
 // hasContent reports whether a chunk carries generated text: a non-empty
