@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -369,5 +370,35 @@ func writeStatesByProbe(t *testing.T, s *stack, ws *registry.Workers, model stri
 		if !found {
 			t.Fatalf("replica %s served on no simulator", id)
 		}
+	}
+}
+
+// A llama-server-like engine with a small context refuses a long prompt
+// (a 400, or for a stream a 200 and an `error:` line): the worker maps it
+// to context_length_exceeded before the first byte, and the edge goes on
+// to the fallback, streamed or not.
+func TestEngineContextOverflowFallsBack(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	_, shortURL := sim(t, enginesim.LlamaLike(enginesim.Config{Models: []string{"up"}, ContextSize: 32}))
+	_, longURL := sim(t, enginesim.Config{Models: []string{"up"}})
+	s.registerWith(map[string]any{"name": "long", "engine": map[string]any{"base_url": longURL, "model": "up"}})
+	s.registerWith(map[string]any{"name": "short", "engine": map[string]any{"base_url": shortURL, "model": "up"}, "fallbacks": []string{"long"}})
+	key, _ := s.tenantKey("acme")
+	s.waitServed(key, "long")
+	s.waitServed(key, "short")
+	prompt := strings.Repeat("word ", 200)
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":"short","messages":[{"role":"user","content":%q}],"max_tokens":4,"stream":%t}`, prompt, stream)
+		st, hdr, b := s.postH(key, body)
+		if st != http.StatusOK || hdr.Get("X-Aiforge-Model-Served") != "long" {
+			t.Fatalf("stream %v: %d served %q attempts %q %s", stream, st, hdr.Get("X-Aiforge-Model-Served"), hdr.Get("X-Aiforge-Attempts"), b)
+		}
+		if a := hdr.Get("X-Aiforge-Attempts"); a != "short;status=400;code=context_length_exceeded, long;status=200" {
+			t.Fatalf("stream %v: attempts %q", stream, a)
+		}
+	}
+	// A short prompt stays on short.
+	if st, hdr, b := s.postH(key, chatBody("short", 2, false)); st != http.StatusOK || hdr.Get("X-Aiforge-Model-Served") != "short" {
+		t.Fatalf("short prompt: %d %q %s", st, hdr.Get("X-Aiforge-Model-Served"), b)
 	}
 }
