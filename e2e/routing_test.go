@@ -16,8 +16,10 @@ import (
 
 	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/spend"
 )
@@ -314,61 +316,53 @@ func TestLeastOutstandingAcrossTwoSimulators(t *testing.T) {
 	}
 }
 
-// writeStatesByProbe finds model's worker replicas (the bridge's ping),
-// sends one request straight to each to see which simulator (engine id)
-// serves it, and writes a serving state for each.
+// writeStatesByProbe finds model's worker replicas and their engines:
+// requests sent to the model's queue group until every simulator served
+// one tell, by the answering worker's id and the simulator whose count
+// grew, which replica forwards to which engine. It writes a serving state
+// for each.
 func writeStatesByProbe(t *testing.T, s *stack, ws *registry.Workers, model string, sims map[string]*enginesim.Sim) {
 	t.Helper()
-	nc := s.app.NATS()
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// As the edge: workers answer the edge's bridge replies only.
+	ids, err := busauth.LoadOrCreate(s.app.CredsDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	ids := map[string]bool{}
-	eventually(t, 10*time.Second, func() bool {
-		if err := nc.PublishRequest(events.InferPing(model), inbox, nil); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := sub.NextMsg(200 * time.Millisecond)
-			if err != nil {
-				break
-			}
-			if id := m.Header.Get(bridge.HdrWorker); id != "" {
-				ids[id] = true
-			}
-		}
-		return len(ids) == len(sims)
-	}, "every replica answering the ping")
+	nc, err := natsutil.ConnectInProcess(s.app.NATSServer(), "probe", ids[busauth.Edge].Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
 	client, err := bridge.NewClient(nc, bridge.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Close() }()
-	for id := range ids {
+	found := map[string]string{} // engine id -> worker id
+	for i := 0; len(found) < len(sims); i++ {
+		if i > 200 {
+			t.Fatalf("found the replicas of %v only", found)
+		}
 		before := map[string]int64{}
 		for eid, sm := range sims {
 			before[eid] = sm.Stats().Completed
 		}
-		req := &bridge.OutRequest{Model: model, ID: "probe-" + id, Tenant: "probe", KeyID: "key_probe", Endpoint: events.EndpointChatCompletions,
-			Body: []byte(chatBody(model, 1, false)), Worker: id}
-		if _, err := client.Do(context.Background(), req, func([]byte) error { return nil }); err != nil {
-			t.Fatalf("probe %s: %v", id, err)
+		req := &bridge.OutRequest{Model: model, ID: fmt.Sprintf("probe-%d-%s", i, events.NewID()), Tenant: "probe", KeyID: "key_probe",
+			Endpoint: events.EndpointChatCompletions, Body: []byte(chatBody(model, 1, false))}
+		res, err := client.Do(context.Background(), req, func([]byte) error { return nil })
+		if err != nil {
+			t.Fatalf("probe: %v", err)
 		}
-		found := false
 		for eid, sm := range sims {
 			if sm.Stats().Completed > before[eid] {
-				if err := ws.Put(context.Background(), registry.WorkerState{Model: model, WorkerID: id, EngineID: eid,
-					State: registry.WorkerServing, UpdatedAt: time.Now().UTC()}); err != nil {
-					t.Fatal(err)
-				}
-				found = true
+				found[eid] = res.WorkerID
 			}
 		}
-		if !found {
-			t.Fatalf("replica %s served on no simulator", id)
+	}
+	for eid, id := range found {
+		if err := ws.Put(context.Background(), registry.WorkerState{Model: model, WorkerID: id, EngineID: eid,
+			State: registry.WorkerServing, UpdatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -46,7 +46,9 @@ type Client struct {
 	cfg    ClientConfig
 	log    *slog.Logger
 	prefix string
-	sub    *nats.Subscription
+	// replies is the client's events.BridgeReplies namespace.
+	replies string
+	sub     *nats.Subscription
 
 	mu    sync.Mutex
 	calls map[string]*pending
@@ -87,11 +89,8 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{nc: nc, cfg: cfg, log: cfg.Logger, calls: make(map[string]*pending)}
-	inbox := nc.Opts.InboxPrefix
-	if inbox == "" {
-		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
-	}
-	c.prefix = events.BridgeReplies(inbox) + "." + replyToken() + "."
+	c.replies = PingReplies(nc)
+	c.prefix = c.replies + "." + replyToken() + "."
 	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: subscribe inbox: %w", err)
@@ -218,8 +217,21 @@ func (c *Client) subject(req *OutRequest) string {
 	return c.cfg.Family.Subject(req.Model)
 }
 
+// PingReplies is the events.BridgeReplies namespace of nc's inbox prefix:
+// where workers may answer (a ping's replies too; a worker's bus
+// credentials may publish nowhere else).
+func PingReplies(nc *nats.Conn) string {
+	inbox := nc.Opts.InboxPrefix
+	if inbox == "" {
+		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return events.BridgeReplies(inbox)
+}
+
 func (c *Client) findOther(ctx context.Context, model, exclude string) string {
-	inbox := c.nc.NewInbox()
+	// Under the replies namespace, where workers may publish, and outside
+	// the prefix of the calls' frames.
+	inbox := c.replies + "." + replyToken()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
 		return ""
