@@ -301,6 +301,14 @@ func keysCmd() *cobra.Command {
 	return c
 }
 
+// repeated is a flag given once per value, each kept whole (commas
+// included, unlike a string slice).
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, " ") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+func (r *repeated) Type() string       { return "strings" }
+
 // parseEngineSpec reads a --engine value: comma-separated key=value pairs
 // (id, base-url, upstream, weight, api-key-env, max-concurrency, kind, rpm,
 // tpm) into an engine of the admin API. The key itself is read from the
@@ -448,8 +456,8 @@ func modelsCmd() *cobra.Command {
 	register.Flags().IntVar(&weight, "weight", 0, "this engine's share of the model's traffic against its other engines (default 1)")
 	register.Flags().IntVar(&rpm, "rpm", 0, "the engine's requests per minute (a provider's quota), kept by each worker replica; over it 429 and the edge falls back")
 	register.Flags().IntVar(&tpm, "tpm", 0, "the engine's tokens per minute (a provider's quota), kept by each worker replica")
-	register.Flags().StringArrayVar(&extraEngines, "engine", nil, "a further engine serving the same name, repeatable: id=ID,base-url=URL,upstream=NAME[,weight=N][,api-key-env=VAR][,max-concurrency=N][,kind=provider][,rpm=N][,tpm=N]")
-	register.Flags().StringArrayVar(&fallbacks, "fallback", nil, "a model name tried, in the order given, before the first byte when this one has no servable worker, is overloaded, fails or cannot take the prompt (repeatable)")
+	register.Flags().Var((*repeated)(&extraEngines), "engine", "a further engine serving the same name, repeatable: id=ID,base-url=URL,upstream=NAME[,weight=N][,api-key-env=VAR][,max-concurrency=N][,kind=provider][,rpm=N][,tpm=N]")
+	register.Flags().Var((*repeated)(&fallbacks), "fallback", "a model name tried, in the order given, before the first byte when this one has no servable worker, is overloaded, fails or cannot take the prompt (repeatable)")
 	register.Flags().IntVar(&contextWindow, "context-window", 0, "the model's context length in tokens: longer requests go to the next fallback (default: what the engines report)")
 	register.Flags().StringVar(&routing, "routing", "", `how the edge picks among the model's engines: "least_outstanding" (default) or "latency"`)
 	pf.add(register, "price-")

@@ -31,3 +31,20 @@ func TestParseEngineSpec(t *testing.T) {
 		}
 	}
 }
+
+func TestRegisterRepeatedFlagsKeepCommas(t *testing.T) {
+	reg, _, err := modelsCmd().Find([]string{"register"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.ParseFlags([]string{"--engine", "id=b,base-url=http://b/v1,upstream=u", "--engine", "id=c,base-url=http://c/v1,upstream=u",
+		"--fallback", "x", "--fallback", "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := reg.Flag("engine").Value.String(); got != "id=b,base-url=http://b/v1,upstream=u id=c,base-url=http://c/v1,upstream=u" {
+		t.Fatalf("--engine = %q", got)
+	}
+	if got := reg.Flag("fallback").Value.String(); got != "x y" {
+		t.Fatalf("--fallback = %q", got)
+	}
+}
