@@ -301,6 +301,56 @@ func keysCmd() *cobra.Command {
 	return c
 }
 
+// repeated is a flag given once per value, each kept whole (commas
+// included, unlike a string slice).
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, " ") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+func (r *repeated) Type() string       { return "strings" }
+
+// parseEngineSpec reads a --engine value: comma-separated key=value pairs
+// (id, base-url, upstream, weight, api-key-env, max-concurrency, kind, rpm,
+// tpm) into an engine of the admin API. The key itself is read from the
+// environment variable api-key-env names, never from the command line.
+func parseEngineSpec(spec string, getenv func(string) string) (map[string]any, error) {
+	e := map[string]any{}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || v == "" {
+			return nil, fmt.Errorf("--engine %q: %q is not key=value", spec, kv)
+		}
+		switch k {
+		case "id", "kind":
+			e[k] = v
+		case "base-url":
+			e["base_url"] = v
+		case "upstream":
+			e["model"] = v
+		case "api-key-env":
+			key := getenv(v)
+			if key == "" {
+				return nil, fmt.Errorf("--engine %q: api-key-env %s: the variable is empty", spec, v)
+			}
+			e["api_key"] = key
+		case "weight", "max-concurrency", "rpm", "tpm":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("--engine %q: %s must be a whole number", spec, k)
+			}
+			e[strings.ReplaceAll(k, "-", "_")] = n
+		default:
+			return nil, fmt.Errorf("--engine %q: unknown key %q (id, base-url, upstream, weight, api-key-env, max-concurrency, kind, rpm, tpm)", spec, k)
+		}
+	}
+	for _, need := range []string{"id", "base_url", "model"} {
+		if _, ok := e[need]; !ok {
+			return nil, fmt.Errorf("--engine %q: id, base-url and upstream are required", spec)
+		}
+	}
+	return e, nil
+}
+
 type modelOut struct {
 	Name   string `json:"name"`
 	Engine struct {
@@ -314,8 +364,9 @@ type modelOut struct {
 
 func modelsCmd() *cobra.Command {
 	c := clientGroup(&cobra.Command{Use: "models", Short: "Manage served models, the catalog and deployments (admin)"}, adminKeyHelp)
-	var baseURL, upstream, keyEnv string
-	var maxConc int
+	var baseURL, upstream, keyEnv, engineID, kind, routing string
+	var maxConc, weight, rpm, tpm, contextWindow int
+	var extraEngines, fallbacks []string
 	var ttftTimeout, requestTimeout, wait time.Duration
 	var pf priceFlags
 	register := &cobra.Command{
@@ -323,7 +374,12 @@ func modelsCmd() *cobra.Command {
 		Short: "Bind a model name to an OpenAI-compatible engine",
 		Example: `  aiforge models register chat-small --base-url http://127.0.0.1:8000/v1 --upstream Qwen/Qwen2.5-7B-Instruct   # vLLM / SGLang
   aiforge models register llama --base-url http://127.0.0.1:8081/v1 --upstream llama            # llama.cpp llama-server
-  aiforge models register qwen --base-url http://127.0.0.1:11434/v1 --upstream qwen2.5:7b       # Ollama`,
+  aiforge models register qwen --base-url http://127.0.0.1:11434/v1 --upstream qwen2.5:7b       # Ollama
+  # one name over two engines, the second given twice the load, falling back to a provider:
+  OPENAI_KEY=sk-... aiforge models register gpt-4o-mini@openai --base-url https://api.openai.com/v1 --upstream gpt-4o-mini \
+      --kind provider --engine-api-key-env OPENAI_KEY --rpm 500 --tpm 200000 --price-input 0.15 --price-output 0.6
+  aiforge models register chat --base-url http://gpu-a:8000/v1 --upstream Qwen/Qwen2.5-7B-Instruct --context-window 32768 \
+      --engine id=b,base-url=http://gpu-b:8000/v1,upstream=Qwen/Qwen2.5-7B-Instruct,weight=2 --fallback gpt-4o-mini@openai`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := adminClient(cmd)
@@ -347,7 +403,37 @@ func modelsCmd() *cobra.Command {
 			if requestTimeout > 0 {
 				engine["request_timeout"] = requestTimeout.String()
 			}
+			for k, v := range map[string]any{"id": engineID, "kind": kind} {
+				if v != "" {
+					engine[k] = v
+				}
+			}
+			for k, v := range map[string]int{"weight": weight, "rpm": rpm, "tpm": tpm} {
+				if v != 0 {
+					engine[k] = v
+				}
+			}
 			in := map[string]any{"name": args[0], "engine": engine}
+			var more []map[string]any
+			for _, spec := range extraEngines {
+				e, err := parseEngineSpec(spec, os.Getenv)
+				if err != nil {
+					return err
+				}
+				more = append(more, e)
+			}
+			if len(more) > 0 {
+				in["engines"] = more
+			}
+			if len(fallbacks) > 0 {
+				in["fallbacks"] = fallbacks
+			}
+			if contextWindow > 0 {
+				in["context_window"] = contextWindow
+			}
+			if routing != "" {
+				in["routing"] = routing
+			}
 			if p := pf.changed(cmd); len(p) > 0 {
 				in["price"] = p
 			}
@@ -372,6 +458,15 @@ func modelsCmd() *cobra.Command {
 	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default 64)")
 	register.Flags().DurationVar(&ttftTimeout, "ttft-timeout", 0, "longest wait for a stream's first token, then 504 engine_timeout (default none)")
 	register.Flags().DurationVar(&requestTimeout, "request-timeout", 0, "longest time for one request, then 504 engine_timeout (default 10m)")
+	register.Flags().StringVar(&engineID, "engine-id", "", "id of this (first) engine among the model's engines (default none)")
+	register.Flags().StringVar(&kind, "kind", "", `"provider" for a hosted OpenAI-compatible API (OpenAI, Mistral, Groq, Together, ...); default a self-hosted engine`)
+	register.Flags().IntVar(&weight, "weight", 0, "this engine's share of the model's traffic against its other engines (default 1)")
+	register.Flags().IntVar(&rpm, "rpm", 0, "the engine's requests per minute (a provider's quota), kept by each worker replica; over it 429 and the edge falls back")
+	register.Flags().IntVar(&tpm, "tpm", 0, "the engine's tokens per minute (a provider's quota), kept by each worker replica")
+	register.Flags().Var((*repeated)(&extraEngines), "engine", "a further engine serving the same name, repeatable: id=ID,base-url=URL,upstream=NAME[,weight=N][,api-key-env=VAR][,max-concurrency=N][,kind=provider][,rpm=N][,tpm=N]")
+	register.Flags().Var((*repeated)(&fallbacks), "fallback", "a model name tried, in the order given, before the first byte when this one has no servable worker, is overloaded, fails or cannot take the prompt (repeatable)")
+	register.Flags().IntVar(&contextWindow, "context-window", 0, "the model's context length in tokens: longer requests go to the next fallback (default: what the engines report)")
+	register.Flags().StringVar(&routing, "routing", "", `how the edge picks among the model's engines: "least_outstanding" (default) or "latency"`)
 	pf.add(register, "price-")
 	_ = register.MarkFlagRequired("base-url")
 	_ = register.MarkFlagRequired("upstream")

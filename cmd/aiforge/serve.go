@@ -34,6 +34,8 @@ type serveFlags struct {
 	idle       time.Duration
 	maxConns   int
 	holdTTL    time.Duration
+	cooldownN  int
+	cooldown   time.Duration
 	retention  time.Duration
 	replicas   int
 	hubURL     string
@@ -47,6 +49,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
+	c.Flags().IntVar(&f.cooldownN, "cooldown-failures", envInt("AIFORGE_COOLDOWN_FAILURES", 3), "edge: consecutive retryable failures of an engine after which this edge skips it for --cooldown (negative: never)")
+	c.Flags().DurationVar(&f.cooldown, "cooldown", envDuration("AIFORGE_COOLDOWN", 30*time.Second), "edge: how long an engine that failed --cooldown-failures times in a row is skipped")
 	c.Flags().DurationVar(&f.holdTTL, "reservation-ttl", envDuration("AIFORGE_RESERVATION_TTL", 15*time.Minute), "edge: how long a hard budget's reservation counts when its request never settles (an edge or worker killed mid-request); must exceed the longest request")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
@@ -104,6 +108,8 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.IdleTimeout = f.idle
 	o.Edge.MaxConnections = f.maxConns
 	o.Edge.ReservationTTL = f.holdTTL
+	o.Edge.CooldownFailures = f.cooldownN
+	o.Edge.Cooldown = f.cooldown
 	o.Edge.Streams.UsageMaxAge = f.retention
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace

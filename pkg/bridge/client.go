@@ -46,7 +46,9 @@ type Client struct {
 	cfg    ClientConfig
 	log    *slog.Logger
 	prefix string
-	sub    *nats.Subscription
+	// replies is the client's events.BridgeReplies namespace.
+	replies string
+	sub     *nats.Subscription
 
 	mu    sync.Mutex
 	calls map[string]*pending
@@ -87,11 +89,8 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{nc: nc, cfg: cfg, log: cfg.Logger, calls: make(map[string]*pending)}
-	inbox := nc.Opts.InboxPrefix
-	if inbox == "" {
-		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
-	}
-	c.prefix = events.BridgeReplies(inbox) + "." + replyToken() + "."
+	c.replies = PingReplies(nc)
+	c.prefix = c.replies + "." + replyToken() + "."
 	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: subscribe inbox: %w", err)
@@ -159,6 +158,10 @@ type OutRequest struct {
 	Header nats.Header
 	// Reservations travel to the worker and back in the usage event.
 	Reservations []events.Reservation
+	// Worker, when set, names the worker replica the request goes to, on
+	// its direct subject (Family.Direct) instead of the model's queue
+	// group: the edge's choice among the model's replicas.
+	Worker string
 	// Flush, when set, is called whenever the data passed to the sink so far
 	// should reach the client: before Do waits for the next frame. Frames
 	// that arrived together are written with one flush; none is held back.
@@ -180,7 +183,7 @@ type Result struct {
 // once on another replica. Errors are *Error (wrapping ErrNoWorker where no
 // worker took the request) or the context's cause.
 func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) error) (Result, error) {
-	subject := c.cfg.Family.Subject(req.Model)
+	subject := c.subject(req)
 	res, err := c.attempt(ctx, subject, req, 1, sink)
 	var be *Error
 	if err != nil && errors.As(err, &be) && be.Retryable && !be.AfterData && res.DataFrames == 0 {
@@ -194,8 +197,41 @@ func (c *Client) Do(ctx context.Context, req *OutRequest, sink func([]byte) erro
 	return res, err
 }
 
+// Once sends req once, to req.Worker or else the model's queue group,
+// without retrying it: the caller picks where a retry goes. final marks
+// the last attempt of the request id (bridge.Request.FinalAttempt): a
+// worker records the usage of a failure only then, so an attempt after
+// which the caller may retry under the same id must not be final.
+func (c *Client) Once(ctx context.Context, req *OutRequest, final bool, sink func([]byte) error) (Result, error) {
+	attempt := 1
+	if final {
+		attempt = MaxAttempts
+	}
+	return c.attempt(ctx, c.subject(req), req, attempt, sink)
+}
+
+func (c *Client) subject(req *OutRequest) string {
+	if req.Worker != "" {
+		return c.cfg.Family.Direct(req.Model, req.Worker)
+	}
+	return c.cfg.Family.Subject(req.Model)
+}
+
+// PingReplies is the events.BridgeReplies namespace of nc's inbox prefix:
+// where workers may answer (a ping's replies too; a worker's bus
+// credentials may publish nowhere else).
+func PingReplies(nc *nats.Conn) string {
+	inbox := nc.Opts.InboxPrefix
+	if inbox == "" {
+		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return events.BridgeReplies(inbox)
+}
+
 func (c *Client) findOther(ctx context.Context, model, exclude string) string {
-	inbox := c.nc.NewInbox()
+	// Under the replies namespace, where workers may publish, and outside
+	// the prefix of the calls' frames.
+	inbox := c.replies + "." + replyToken()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
 		return ""

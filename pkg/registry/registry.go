@@ -137,45 +137,152 @@ type Engine struct {
 	// engine_timeout. Zero: the worker's defaults (no TTFT bound; 10m).
 	TTFTTimeout    Duration `json:"ttft_timeout,omitempty"`
 	RequestTimeout Duration `json:"request_timeout,omitempty"`
+	// Weight scales the engine's share of a model's traffic among the
+	// model's engines (0 counts as 1): with least-outstanding routing an
+	// engine of weight 2 is given twice the requests in flight of one of
+	// weight 1.
+	Weight int `json:"weight,omitempty"`
+	// Kind is EngineSelfHosted (the default: an engine the platform runs)
+	// or EngineProvider (a hosted OpenAI-compatible API such as OpenAI,
+	// Mistral, Groq or Together). A provider's key is sealed like any
+	// engine key; its RPM and TPM are usually set.
+	Kind string `json:"kind,omitempty"`
+	// RPM and TPM are the engine's own rate limits (a provider's quota):
+	// each worker replica of the engine keeps its requests and tokens per
+	// minute under them and answers a request over them with 429
+	// overloaded before sending it, so the edge falls back to the model's
+	// next choice. Zero: unlimited.
+	RPM int `json:"rpm,omitempty"`
+	TPM int `json:"tpm,omitempty"`
 }
 
-// Model binds a served model name to an engine.
+// Engine kinds (Engine.Kind).
+const (
+	EngineSelfHosted = ""
+	EngineProvider   = "provider"
+)
+
+// Routing policies (Model.Routing) between the engines of one model.
+const (
+	// RoutingLeastOutstanding sends each request to the engine with the
+	// fewest requests outstanding per unit of weight. The default.
+	RoutingLeastOutstanding = "least_outstanding"
+	// RoutingLatency sends each request to the engine with the lowest
+	// recent latency (time to first token, or to the whole answer).
+	RoutingLatency = "latency"
+)
+
+// Model binds a served model name to its engines.
 type Model struct {
-	Name      string    `json:"name"`
-	Engine    Engine    `json:"engine"`
-	OwnedBy   string    `json:"owned_by,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Name string `json:"name"`
+	// Engine is the model's first engine (the only one of most models).
+	Engine Engine `json:"engine"`
+	// Engines are further engines serving the same name, each with an ID
+	// unique among the model's engines; a worker runs per engine and the
+	// edge routes between them by Routing.
+	Engines []Engine `json:"engines,omitempty"`
+	// Routing is RoutingLeastOutstanding (default, "") or RoutingLatency.
+	Routing string `json:"routing,omitempty"`
+	// Fallbacks are other model names tried in order, before the first
+	// byte of the answer, when this model has no servable worker, is
+	// overloaded, fails retryably or cannot take the prompt. It is this
+	// model's own list: the fallbacks' own fallbacks are not followed.
+	Fallbacks []string `json:"fallbacks,omitempty"`
+	// ContextWindow is the model's context length in tokens (0: unknown;
+	// the engines' own reports are used then): a request whose prompt
+	// estimate plus max_tokens exceeds it goes to the next fallback.
+	ContextWindow int       `json:"context_window,omitempty"`
+	OwnedBy       string    `json:"owned_by,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// AllEngines returns the model's engines: Engine, then Engines.
+func (m Model) AllEngines() []Engine {
+	out := make([]Engine, 0, 1+len(m.Engines))
+	return append(append(out, m.Engine), m.Engines...)
+}
+
+// EngineByID returns the model's engine with id ("" is the first engine
+// when it has no id).
+func (m *Model) EngineByID(id string) (Engine, bool) {
+	if m.Engine.ID == id {
+		return m.Engine, true
+	}
+	for i := range m.Engines {
+		if m.Engines[i].ID == id {
+			return m.Engines[i], true
+		}
+	}
+	return Engine{}, false
+}
+
+// EffectiveWeight is w's Weight, 1 when unset.
+func (e Engine) EffectiveWeight() int {
+	if e.Weight <= 0 {
+		return 1
+	}
+	return e.Weight
+}
+
+// forEngine calls fn with every engine of m, in order, by reference.
+func (m *Model) forEngine(fn func(*Engine) error) error {
+	if err := fn(&m.Engine); err != nil {
+		return err
+	}
+	for i := range m.Engines {
+		if err := fn(&m.Engines[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HasClearEngineKey reports whether an engine of m holds its key in clear.
+func (m Model) HasClearEngineKey() bool {
+	for _, e := range m.AllEngines() {
+		if e.APIKey != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Redacted returns m without secrets, for API answers and logs: a key, in
 // clear or sealed, shows as "redacted".
 func (m Model) Redacted() Model {
-	if m.Engine.APIKey != "" || m.Engine.APIKeySealed != "" {
-		m.Engine.APIKey = "redacted"
-	}
-	m.Engine.APIKeySealed = ""
+	m.Engines = slices.Clone(m.Engines)
+	_ = m.forEngine(func(e *Engine) error {
+		if e.APIKey != "" || e.APIKeySealed != "" {
+			e.APIKey = "redacted"
+		}
+		e.APIKeySealed = ""
+		return nil
+	})
 	return m
 }
 
 // engineKeyContext binds a sealed engine key to its binding: moved into
 // another model, or with BaseURL pointed elsewhere, it does not open.
-func engineKeyContext(m Model) string {
-	return "aiforge engine api key\x00" + m.Name + "\x00" + m.Engine.BaseURL
+func engineKeyContext(name string, e *Engine) string {
+	return "aiforge engine api key\x00" + name + "\x00" + e.BaseURL
 }
 
-// SealEngineKey moves m.Engine.APIKey, if any, into APIKeySealed, sealed to
-// pub. Name and Engine.BaseURL must be final: the sealed key opens only
-// with them.
+// SealEngineKey moves every engine's APIKey, if any, into its
+// APIKeySealed, sealed to pub. Name and each engine's BaseURL must be
+// final: a sealed key opens only with them.
 func (m *Model) SealEngineKey(pub sealed.PublicKey) error {
-	if m.Engine.APIKey == "" {
+	m.Engines = slices.Clone(m.Engines)
+	return m.forEngine(func(e *Engine) error {
+		if e.APIKey == "" {
+			return nil
+		}
+		v, err := pub.Seal([]byte(e.APIKey), engineKeyContext(m.Name, e))
+		if err != nil {
+			return fmt.Errorf("model %q: seal the engine api key: %w", m.Name, err)
+		}
+		e.APIKey, e.APIKeySealed = "", v
 		return nil
-	}
-	v, err := pub.Seal([]byte(m.Engine.APIKey), engineKeyContext(*m))
-	if err != nil {
-		return fmt.Errorf("model %q: seal the engine api key: %w", m.Name, err)
-	}
-	m.Engine.APIKey, m.Engine.APIKeySealed = "", v
-	return nil
+	})
 }
 
 // ErrNoSecretsKey is OpenEngineKey's error when a binding's key is sealed
@@ -187,18 +294,53 @@ var ErrNoSecretsKey = errors.New("the engine api key is sealed and this process 
 // binding written before keys were sealed. k may be nil when no binding
 // has a sealed key. Its errors name the model and the cause, never the key.
 func (m Model) OpenEngineKey(k *sealed.PrivateKey) (Model, error) {
-	if m.Engine.APIKeySealed == "" {
-		return m, nil
-	}
-	if k == nil {
-		return Model{}, fmt.Errorf("model %q: %w", m.Name, ErrNoSecretsKey)
-	}
-	b, err := k.Open(m.Engine.APIKeySealed, engineKeyContext(m))
+	m.Engines = slices.Clone(m.Engines)
+	err := m.forEngine(func(e *Engine) error {
+		if e.APIKeySealed == "" {
+			return nil
+		}
+		if k == nil {
+			return fmt.Errorf("model %q: %w", m.Name, ErrNoSecretsKey)
+		}
+		b, err := k.Open(e.APIKeySealed, engineKeyContext(m.Name, e))
+		if err != nil {
+			return fmt.Errorf("model %q: open the engine api key: %w", m.Name, err)
+		}
+		e.APIKey, e.APIKeySealed = string(b), ""
+		return nil
+	})
 	if err != nil {
-		return Model{}, fmt.Errorf("model %q: open the engine api key: %w", m.Name, err)
+		return Model{}, err
 	}
-	m.Engine.APIKey, m.Engine.APIKeySealed = string(b), ""
 	return m, nil
+}
+
+// MaxFallbacks bounds a model's fallback list.
+const MaxFallbacks = 8
+
+var engineIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// validateEngine checks the fields every engine of a model shares.
+func validateEngine(where string, e Engine) error {
+	var errs []error
+	if e.APIKey != "" && e.APIKeySealed != "" {
+		errs = append(errs, fmt.Errorf("%s.api_key and %s.api_key_sealed exclude each other", where, where))
+	}
+	if e.MaxConcurrency < 0 || e.MaxInputTokens < 0 {
+		errs = append(errs, fmt.Errorf("%s.max_concurrency and %s.max_input_tokens must not be negative", where, where))
+	}
+	if e.TTFTTimeout < 0 || e.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%s.ttft_timeout and %s.request_timeout must not be negative", where, where))
+	}
+	if e.Weight < 0 || e.RPM < 0 || e.TPM < 0 {
+		errs = append(errs, fmt.Errorf("%s.weight, %s.rpm and %s.tpm must not be negative", where, where, where))
+	}
+	switch e.Kind {
+	case EngineSelfHosted, EngineProvider:
+	default:
+		errs = append(errs, fmt.Errorf("%s.kind %q is not one of \"\" (self-hosted), %q", where, e.Kind, EngineProvider))
+	}
+	return errors.Join(errs...)
 }
 
 var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -218,14 +360,49 @@ func ValidateModel(m Model) error {
 	if m.Engine.Model == "" {
 		errs = append(errs, errors.New("engine.model is required"))
 	}
-	if m.Engine.APIKey != "" && m.Engine.APIKeySealed != "" {
-		errs = append(errs, errors.New("engine.api_key and engine.api_key_sealed exclude each other"))
+	errs = append(errs, validateEngine("engine", m.Engine))
+	ids := map[string]bool{m.Engine.ID: true}
+	if m.Engine.ID != "" && !engineIDRE.MatchString(m.Engine.ID) {
+		errs = append(errs, fmt.Errorf("engine.id must match %s", engineIDRE))
 	}
-	if m.Engine.MaxConcurrency < 0 || m.Engine.MaxInputTokens < 0 {
-		errs = append(errs, errors.New("engine.max_concurrency and engine.max_input_tokens must not be negative"))
+	for i, e := range m.Engines {
+		where := fmt.Sprintf("engines[%d]", i)
+		if !engineIDRE.MatchString(e.ID) {
+			errs = append(errs, fmt.Errorf("%s.id is required and must match %s", where, engineIDRE))
+		} else if ids[e.ID] {
+			errs = append(errs, fmt.Errorf("%s.id %q is not unique among the model's engines", where, e.ID))
+		}
+		ids[e.ID] = true
+		if !strings.HasPrefix(e.BaseURL, "http://") && !strings.HasPrefix(e.BaseURL, "https://") {
+			errs = append(errs, fmt.Errorf("%s.base_url must be an http(s) URL", where))
+		}
+		if e.Model == "" {
+			errs = append(errs, fmt.Errorf("%s.model is required", where))
+		}
+		errs = append(errs, validateEngine(where, e))
 	}
-	if m.Engine.TTFTTimeout < 0 || m.Engine.RequestTimeout < 0 {
-		errs = append(errs, errors.New("engine.ttft_timeout and engine.request_timeout must not be negative"))
+	switch m.Routing {
+	case "", RoutingLeastOutstanding, RoutingLatency:
+	default:
+		errs = append(errs, fmt.Errorf("routing %q is not one of %s, %s", m.Routing, RoutingLeastOutstanding, RoutingLatency))
+	}
+	seen := map[string]bool{}
+	for i, f := range m.Fallbacks {
+		switch {
+		case f == "" || len(f) > 256 || strings.ContainsAny(f, " \t\r\n"):
+			errs = append(errs, fmt.Errorf("fallbacks[%d] must be a model name", i))
+		case f == m.Name:
+			errs = append(errs, fmt.Errorf("fallbacks[%d]: a model cannot fall back to itself", i))
+		case seen[f]:
+			errs = append(errs, fmt.Errorf("fallbacks[%d]: %q is listed twice", i, f))
+		}
+		seen[f] = true
+	}
+	if len(m.Fallbacks) > MaxFallbacks {
+		errs = append(errs, fmt.Errorf("at most %d fallbacks", MaxFallbacks))
+	}
+	if m.ContextWindow < 0 {
+		errs = append(errs, errors.New("context_window must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -456,7 +633,7 @@ func (s *Store) PutModel(ctx context.Context, m Model) error {
 	if err := ValidateModel(m); err != nil {
 		return err
 	}
-	if m.Engine.APIKey != "" {
+	if m.HasClearEngineKey() {
 		return fmt.Errorf("%w: model %q: the engine api key must be sealed before it is stored", ErrInvalid, m.Name)
 	}
 	if m.CreatedAt.IsZero() {
@@ -522,15 +699,14 @@ func (s *Store) SealLegacyEngineKeys(ctx context.Context, pub sealed.PublicKey) 
 	var done []string
 	var errs []error
 	for _, m := range ms {
-		if m.Engine.APIKey == "" {
+		if !m.HasClearEngineKey() {
 			continue
 		}
 		key := ModelKey(m.Name)
 		_, written, err := kv.Update(ctx, s.models, key, func(cur *Model, exists bool) error {
-			if !exists || cur.Engine.APIKey == "" {
+			if !exists || !cur.HasClearEngineKey() {
 				return kv.ErrNoChange
 			}
-			cur.Engine.APIKeySealed = ""
 			return cur.SealEngineKey(pub)
 		})
 		if err != nil {

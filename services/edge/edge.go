@@ -62,6 +62,13 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// FailoverWait bounds the search for another replica. Default 250ms.
 	FailoverWait time.Duration
+	// CooldownFailures consecutive retryable failures of an engine (no
+	// worker acknowledged, worker lost, engine error, timeout) make this
+	// edge skip it for Cooldown; a success ends the count. Defaults 3 and
+	// 30s; a negative CooldownFailures turns cooldowns off. The state is
+	// each edge replica's own.
+	CooldownFailures int
+	Cooldown         time.Duration
 	// MaxFileBytes bounds one uploaded file; larger ones get 413. Default
 	// 512 MiB.
 	MaxFileBytes int64
@@ -108,7 +115,7 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.Cooldown < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
 		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
@@ -133,6 +140,9 @@ type Deps struct {
 	// Ready, when set, must also report true for /readyz to answer 200 (the
 	// all-in-one process uses it to wait for every service).
 	Ready func() bool
+	// RoutingClock, when set, is the clock of engine cooldowns (tests);
+	// default time.Now.
+	RoutingClock func() time.Time
 }
 
 // Service is one edge replica.
@@ -335,6 +345,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
 		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
 		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx, HoldTTL: s.cfg.ReservationTTL,
+		Routing: inference.RoutingConfig{CooldownFailures: s.cfg.CooldownFailures, Cooldown: s.cfg.Cooldown, Now: s.deps.RoutingClock},
 	})
 	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
 	d.vectors = vectorstores.New(vectorstores.Deps{
@@ -367,7 +378,7 @@ func (s *Service) sealLegacyEngineKeys(ctx context.Context, store *registry.Stor
 			return
 		}
 		for _, m := range ms {
-			if m.Engine.APIKey != "" {
+			if m.HasClearEngineKey() {
 				s.log.Warn("a model's engine api key is stored in clear; give the edge the workers' secrets public key to seal it", "model", m.Name)
 			}
 		}

@@ -60,6 +60,12 @@ type harness struct {
 
 func startEdge(t *testing.T, mutate func(*edge.Config)) *harness {
 	t.Helper()
+	return startEdgeDeps(t, mutate, nil)
+}
+
+// startEdgeDeps is startEdge with a change to the edge's Deps too.
+func startEdgeDeps(t *testing.T, mutate func(*edge.Config), mutateDeps func(*edge.Deps)) *harness {
+	t.Helper()
 	ns, nc := natstest.JetStream(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -87,10 +93,14 @@ func startEdge(t *testing.T, mutate func(*edge.Config)) *harness {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := edge.New(cfg, edge.Deps{
+	deps := edge.Deps{
 		NC: nc, JS: js, Registerer: reg, Gatherer: reg, Listener: ln,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	if mutateDeps != nil {
+		mutateDeps(&deps)
+	}
+	svc, err := edge.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,10 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 		)
 	}
 
-	s.engine.Forward(ctx, &c, w)
+	if est, ok := s.admitEngine(&c, w); ok {
+		s.engine.Forward(ctx, &c, w)
+		s.settleEngine(&c, est)
+	}
 	// The final frame is out: nothing below adds latency for the client.
 	s.finish(ctx, &c, w, span)
 }

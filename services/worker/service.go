@@ -27,6 +27,8 @@ type Service struct {
 	engine  *engine.Client
 	hooks   Hooks
 	state   *reporter
+	// limits holds the engine's own rate limits (nil: none).
+	limits *engineLimiter
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -54,6 +56,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		tracer:  deps.Tracer.Tracer("github.com/aiforge/aiforge/services/worker"),
 		metrics: deps.Metrics.forModel(cfg.Model),
 		hooks:   deps.Hooks,
+		limits:  newEngineLimiter(cfg.Engine.RPM, cfg.Engine.TPM, time.Now),
 	}
 	s.engine = engine.New(engine.Config{
 		Served:         cfg.Model,

@@ -1,6 +1,6 @@
-// Package supervisor runs one worker per model registered in the registry,
-// in one process, starting, restarting and stopping them as bindings
-// change. Given an object store it also serves the catalog's published LoRA
+// Package supervisor runs one worker per engine of each model registered in
+// the registry, in one process, starting, restarting and stopping them as
+// bindings change. Given an object store it also serves the catalog's published LoRA
 // adapters of those models and materialises each one's deployed version.
 package supervisor
 
@@ -86,7 +86,9 @@ func (d Deps) worker() worker.Deps {
 	return worker.Deps{NC: d.NC, JS: d.JS, Logger: d.Logger, Metrics: d.Metrics, Tracer: d.Tracer, HTTPClient: d.HTTPClient}
 }
 
-// Supervisor runs one worker per model in the registry, in this process.
+// Supervisor runs one worker per engine of each model in the registry, in
+// this process: a model with several engines (Model.Engines) has a worker
+// replica per engine, each reporting its Engine.ID.
 type Supervisor struct {
 	cfg  Config
 	deps Deps
@@ -102,12 +104,30 @@ type Supervisor struct {
 	wg      sync.WaitGroup
 }
 
-// supervised is one model's worker loop.
+// supervised is one model's worker loops: one per engine of the model.
 type supervised struct {
-	// binding has the engine key opened: it exists only in memory.
+	// binding has the engine keys opened: it exists only in memory.
 	binding registry.Model
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// engines is each engine's status, by engine index; the model's status
+	// is the best of them (modelStatus).
+	engines []string
+}
+
+// modelStatus is a model's status from its engines': serving when any
+// engine serves, else starting when any starts, else the first error.
+func modelStatus(engines []string) string {
+	if slices.Contains(engines, StatusServing) {
+		return StatusServing
+	}
+	if slices.Contains(engines, StatusStarting) {
+		return StatusStarting
+	}
+	for _, st := range engines {
+		return st
+	}
+	return StatusStarting
 }
 
 // New validates cfg and deps.
@@ -253,7 +273,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Mode
 	}
 	s.byKey[key] = m.Name
 	if w, ok := s.workers[m.Name]; ok {
-		if openErr == nil && w.binding.Engine == m.Engine {
+		if openErr == nil && slices.Equal(w.binding.AllEngines(), m.AllEngines()) {
 			return // same binding: nothing to do
 		}
 		s.log.Info("model binding changed; restarting its worker", "model", m.Name)
@@ -271,15 +291,24 @@ func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Mode
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &supervised{binding: m, cancel: cancel, done: make(chan struct{})}
+	engines := m.AllEngines()
+	w := &supervised{binding: m, cancel: cancel, done: make(chan struct{}), engines: make([]string, len(engines))}
+	for i := range w.engines {
+		w.engines[i] = StatusStarting
+	}
 	s.workers[m.Name] = w
 	s.status[m.Name] = StatusStarting
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(w.done)
-		s.loop(wctx, w)
-	}()
+	var loops sync.WaitGroup
+	for i, eng := range engines {
+		s.wg.Add(1)
+		loops.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer loops.Done()
+			s.loop(wctx, w, i, eng)
+		}()
+	}
+	go func() { loops.Wait(); close(w.done) }()
 	s.basesChangedLocked()
 }
 
@@ -317,23 +346,28 @@ func (s *Supervisor) stopAll() {
 	s.wg.Wait()
 }
 
-// setStatus records the status of w, if w is still the model's worker.
-func (s *Supervisor) setStatus(w *supervised, st string) {
+// setStatus records the status of engine i of w, if w is still the
+// model's worker.
+func (s *Supervisor) setStatus(w *supervised, i int, st string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.workers[w.binding.Name] == w {
-		s.status[w.binding.Name] = st
+		w.engines[i] = st
+		s.status[w.binding.Name] = modelStatus(w.engines)
 	}
 }
 
-// loop runs a model's worker, starting it again RetryInterval after each
-// failure, until ctx ends.
-func (s *Supervisor) loop(ctx context.Context, w *supervised) {
+// loop runs the worker of engine i (eng) of a model, starting it again
+// RetryInterval after each failure, until ctx ends.
+func (s *Supervisor) loop(ctx context.Context, w *supervised, i int, eng registry.Engine) {
 	log := s.log.With("model", w.binding.Name)
+	if eng.ID != "" {
+		log = log.With("engine_id", eng.ID)
+	}
 	lastErr := ""
 	for ctx.Err() == nil {
-		cfg := s.cfg.WorkerDefaults.Bound(w.binding.Name, w.binding.Engine)
-		err := s.runOnce(ctx, cfg, w)
+		cfg := s.cfg.WorkerDefaults.Bound(w.binding.Name, eng)
+		err := s.runOnce(ctx, cfg, w, i)
 		if ctx.Err() != nil {
 			return
 		}
@@ -346,7 +380,7 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised) {
 		} else {
 			log.Debug("worker failed again; retrying", "err", err, "retry_in", s.cfg.RetryInterval)
 		}
-		s.setStatus(w, supervise.StatusErrorPrefix+err.Error())
+		s.setStatus(w, i, supervise.StatusErrorPrefix+err.Error())
 		t := time.NewTimer(s.cfg.RetryInterval)
 		select {
 		case <-ctx.Done():
@@ -357,13 +391,13 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised) {
 	}
 }
 
-func (s *Supervisor) runOnce(ctx context.Context, cfg worker.Config, w *supervised) error {
+func (s *Supervisor) runOnce(ctx context.Context, cfg worker.Config, w *supervised, i int) error {
 	cfg.EngineWaitMax = s.cfg.RetryInterval
 	deps := s.deps.worker()
 	deps.Hooks = worker.Hooks{
-		OnCheckFailed: func(err error) { s.setStatus(w, supervise.StatusErrorPrefix+err.Error()) },
-		OnServing:     func() { s.setStatus(w, StatusServing) },
-		OnUnhealthy:   func(err error) { s.setStatus(w, supervise.StatusErrorPrefix+"engine unhealthy: "+err.Error()) },
+		OnCheckFailed: func(err error) { s.setStatus(w, i, supervise.StatusErrorPrefix+err.Error()) },
+		OnServing:     func() { s.setStatus(w, i, StatusServing) },
+		OnUnhealthy:   func(err error) { s.setStatus(w, i, supervise.StatusErrorPrefix+"engine unhealthy: "+err.Error()) },
 	}
 	svc, err := worker.New(cfg, deps)
 	if err != nil {

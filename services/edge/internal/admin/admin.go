@@ -403,11 +403,15 @@ func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
 }
 
 type modelView struct {
-	Name      string          `json:"name"`
-	Object    string          `json:"object"`
-	Engine    registry.Engine `json:"engine"`
-	OwnedBy   string          `json:"owned_by,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
+	Name          string            `json:"name"`
+	Object        string            `json:"object"`
+	Engine        registry.Engine   `json:"engine"`
+	Engines       []registry.Engine `json:"engines,omitempty"`
+	Routing       string            `json:"routing,omitempty"`
+	Fallbacks     []string          `json:"fallbacks,omitempty"`
+	ContextWindow int               `json:"context_window,omitempty"`
+	OwnedBy       string            `json:"owned_by,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
 	// Status is what the model's worker replicas report (engine health,
 	// verified upstream and key, slots, last error).
 	Status *models.Status `json:"status,omitempty"`
@@ -415,25 +419,31 @@ type modelView struct {
 
 func viewModel(m registry.Model) modelView {
 	m = m.Redacted()
-	return modelView{Name: m.Name, Object: "model_binding", Engine: m.Engine, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
+	return modelView{Name: m.Name, Object: "model_binding", Engine: m.Engine, Engines: m.Engines, Routing: m.Routing,
+		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
 }
 
 func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name    string          `json:"name"`
-		Engine  registry.Engine `json:"engine"`
-		OwnedBy string          `json:"owned_by"`
-		Price   *priceIn        `json:"price"`
+		Name          string            `json:"name"`
+		Engine        registry.Engine   `json:"engine"`
+		Engines       []registry.Engine `json:"engines"`
+		Routing       string            `json:"routing"`
+		Fallbacks     []string          `json:"fallbacks"`
+		ContextWindow int               `json:"context_window"`
+		OwnedBy       string            `json:"owned_by"`
+		Price         *priceIn          `json:"price"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
-	m := registry.Model{Name: req.Name, Engine: req.Engine, OwnedBy: req.OwnedBy}
+	m := registry.Model{Name: req.Name, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
+		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy}
 	if err := registry.ValidateModel(m); err != nil {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 		return
 	}
-	if m.Engine.APIKey != "" {
+	if m.HasClearEngineKey() {
 		if s.d.SecretsKey == nil {
 			contracts.Write(w, contracts.ErrBadRequest("engine.api_key", contracts.CodeInvalidRequest,
 				"This edge cannot store engine API keys: it has no secrets public key to seal them with (give it the workers' public key: AIFORGE_SECRETS_PUBLIC_KEY_FILE)."))

@@ -32,8 +32,9 @@ type admitted struct {
 	capTokens int64
 }
 
-// admitSpend enforces a key's rate limits and the key's and tenant's hard
-// budgets across every edge replica. Rate limits count the request against
+// admitRate enforces a key's rate limits across every edge replica, once
+// per request whatever model serves it; reserve enforces the key's and
+// tenant's hard budgets for one model. Rate limits count the request against
 // the key's window of this minute; budgets reserve the request's largest
 // possible cost (prompt bytes as an upper bound of its tokens, plus
 // max_tokens for each of its choices), or what the budgets have left when
@@ -44,22 +45,15 @@ type admitted struct {
 // pkg/spend's doc). The usage service releases each reservation when it
 // settles the request's usage event; a reservation whose request died
 // unsettled expires after HoldTTL.
-func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *registry.Key, endpoint string, p Request, id string) (admitted, *refusal) {
-	a := admitted{id: id}
+func (s *Service) admitRate(ctx context.Context, w http.ResponseWriter, key *registry.Key, endpoint string, p Request) *refusal {
 	now := s.now()
-	choices := max(p.Choices, 1)
-	output := p.MaxTokens
-	if endpoint == events.EndpointEmbeddings {
-		output, choices = 0, 1
-	} else if output == 0 {
-		output = DefaultOutputReserve
-	}
+	output, choices := outputBound(endpoint, p)
 	if key.RPM > 0 || key.TPM > 0 {
 		tokens := spend.AddSat(p.InputBytes, spend.MulSat(output, choices))
 		d, err := spend.Admit(ctx, s.d.Rates, key.ID, spend.RateLimit{RPM: key.RPM, TPM: key.TPM}, tokens, now)
 		if err != nil {
 			s.log.Error("rate limit check failed", "key_id", key.ID, "err", err)
-			return a, &refusal{Error: contracts.ErrInternal("The rate limiter could not be reached."), model: p.Model}
+			return &refusal{Error: contracts.ErrInternal("The rate limiter could not be reached."), model: p.Model}
 		}
 		setRateHeaders(w.Header(), d)
 		if !d.Allowed {
@@ -69,10 +63,33 @@ func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *re
 				msg = fmt.Sprintf("Rate limit reached for tokens per minute on this key (limit %d, %d left this minute); this request counts for up to %d tokens. Retry after %s.",
 					d.LimitTokens, d.RemainingTokens, tokens, d.Reset.Round(time.Second))
 			}
-			return a, &refusal{Error: &contracts.Error{Status: http.StatusTooManyRequests, Type: d.Exceeded, Code: contracts.CodeRateLimited, Message: msg}, model: p.Model}
+			return &refusal{Error: &contracts.Error{Status: http.StatusTooManyRequests, Type: d.Exceeded, Code: contracts.CodeRateLimited, Message: msg}, model: p.Model}
 		}
 	}
+	return nil
+}
 
+// outputBound is the output tokens per choice a request is counted for,
+// and its choices.
+func outputBound(endpoint string, p Request) (output, choices int64) {
+	choices = max(p.Choices, 1)
+	output = p.MaxTokens
+	if endpoint == events.EndpointEmbeddings {
+		output, choices = 0, 1
+	} else if output == 0 {
+		output = DefaultOutputReserve
+	}
+	return output, choices
+}
+
+// reserve reserves the request's budget at model's price under id (see
+// admitRate). Each model a request is tried on is reserved for under its
+// own id, at its own price, so that the served model's usage event settles
+// exactly its own hold.
+func (s *Service) reserve(ctx context.Context, key *registry.Key, endpoint string, p Request, model, id string) (admitted, *refusal) {
+	a := admitted{id: id}
+	now := s.now()
+	output, choices := outputBound(endpoint, p)
 	var limits []spend.Limit
 	if key.MaxBudgetUSD > 0 {
 		limits = append(limits, spend.Limit{Key: spend.KeyEntry(key.ID, spend.PeriodID(key.Period(), now)), LimitNano: spend.USDToNano(key.MaxBudgetUSD)})
@@ -83,7 +100,7 @@ func (s *Service) admitSpend(ctx context.Context, w http.ResponseWriter, key *re
 	if len(limits) == 0 {
 		return a, nil
 	}
-	price := s.priceAt(p.Model, now)
+	price := s.priceAt(model, now)
 	inCost := spend.CostNano(p.InputBytes, 0, price.InputPerMTokUSD, 0)
 	want := spend.AddSat(inCost, spend.CostNano(0, spend.MulSat(output, choices), 0, price.OutputPerMTokUSD))
 	least := want

@@ -60,13 +60,14 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// recordLostUsage publishes the usage of what was streamed when the worker
-// vanished and could not report it. The event id is the request id, so if
+// recordLostUsage publishes the usage of what was streamed by model when
+// the worker vanished and could not report it. The event id is the usage
+// id of the attempt (reqID), so if
 // the worker did report after all, JetStream keeps one of the two.
-func (s *Service) recordLostUsage(c Call, reqID string, res bridge.Result, span trace.Span, rs []events.Reservation) {
+func (s *Service) recordLostUsage(c Call, model, reqID string, res bridge.Result, span trace.Span, rs []events.Reservation) {
 	key, p := c.Key, c.Request
 	v1 := events.UsageRecordedV1{
-		RequestID: reqID, Tenant: key.Tenant, KeyID: key.ID, Model: p.Model, Endpoint: c.Endpoint, Stream: p.Stream,
+		RequestID: reqID, Tenant: key.Tenant, KeyID: key.ID, Model: model, Endpoint: c.Endpoint, Stream: p.Stream,
 		PromptTokens:     tokens.EstimatePrompt(c.Endpoint, c.Body), // the engine read the prompt
 		CompletionTokens: int64(res.DataFrames), Estimated: true, Status: events.UsageStatusError,
 		ErrorCode: contracts.CodeWorkerLost, LatencyMS: float64(time.Since(c.Start).Microseconds()) / 1000,

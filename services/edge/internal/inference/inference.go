@@ -1,6 +1,9 @@
 // Package inference is the one path by which the edge serves generation:
-// it admits a request (API key, model, rate limits, budgets), bridges it
-// over the bus to a worker of the model, maps failures to OpenAI errors,
+// it admits a request (API key, model, rate limits, budgets), picks a
+// worker replica of the model (least outstanding requests or lowest
+// latency among its engines, skipping engines in cooldown), bridges it
+// over the bus to it, falls back to the model's fallbacks in order before
+// the first byte, maps failures to OpenAI errors,
 // records the usage of a stream whose worker vanished, tracks requests in
 // flight so that revoking a key ends them, ends streams when the shutdown
 // grace is over, and keeps the edge's metrics and spans. The OpenAI
@@ -56,8 +59,12 @@ type Deps struct {
 	// usage never settles (its edge or worker died); default
 	// spend.DefaultHoldTTL.
 	HoldTTL time.Duration
-	// Now is the clock of admission; default time.Now.
+	// Now is the clock of admission and of engine cooldowns; default
+	// time.Now.
 	Now func() time.Time
+	// Routing tunes the choice between a model's worker replicas and the
+	// engines' cooldowns.
+	Routing RoutingConfig
 }
 
 // Service serves inference.
@@ -70,6 +77,8 @@ type Service struct {
 
 	// conc bounds requests in flight per key and tenant.
 	conc concurrency
+
+	router *router
 }
 
 // New builds the inference path.
@@ -80,7 +89,7 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{})}
+	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{}), router: newRouter(d.Routing, d.Now)}
 }
 
 func (s *Service) now() time.Time { return s.d.Now() }

@@ -15,6 +15,8 @@ type Metrics struct {
 	ttft      *prometheus.HistogramVec
 	itl       *prometheus.HistogramVec
 	failovers *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
+	cooldowns *prometheus.CounterVec
 }
 
 var (
@@ -48,8 +50,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aiforge_edge_failovers_total", Help: "Requests retried on another worker replica after an engine failure before the first token.",
 		}, []string{"model"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_edge_fallbacks_total", Help: "Requests answered by one of the requested model's fallbacks, by requested and served model.",
+		}, []string{"model", "served"}),
+		cooldowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aiforge_edge_engine_cooldowns_total", Help: "Times this edge put an engine in cooldown after consecutive failures, by model and engine id.",
+		}, []string{"model", "engine"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.inFlight, m.duration, m.ttft, m.itl, m.failovers} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.inFlight, m.duration, m.ttft, m.itl, m.failovers, m.fallbacks, m.cooldowns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

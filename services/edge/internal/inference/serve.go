@@ -183,20 +183,26 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 		return &refusal{Error: cerr, model: model}
 	}
 	defer release()
-	adm, ref := s.admitSpend(r.Context(), w, c.Key, c.Endpoint, c.Request, newRequestID())
+	if ref := s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
+		return ref
+	}
+	// The requested model's budget reservation is made here, so that a
+	// budget refusal is answered as before any routing; a fallback's is
+	// made when it is tried (its own price).
+	adm, ref := s.reserve(r.Context(), c.Key, c.Endpoint, c.Request, model, newRequestID())
 	if ref != nil {
 		return ref
 	}
-	if adm.capTokens > 0 {
-		body, err := withMaxTokens(c.Body, adm.capTokens)
-		if err != nil {
-			go s.release(adm.id, adm.reservations)
-			return &refusal{Error: contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body must be a JSON object."), model: model}
-		}
-		c.Body = body
-	}
 	s.serve(w, r, c, adm, out)
 	return nil
+}
+
+// withCap is body with max_tokens set to capTokens when that is positive.
+func withCap(body []byte, capTokens int64) ([]byte, error) {
+	if capTokens <= 0 {
+		return body, nil
+	}
+	return withMaxTokens(body, capTokens)
 }
 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admitted, out Renderer) {
@@ -223,11 +229,6 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 
 	hdr := nats.Header{}
 	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
-	req := &bridge.OutRequest{
-		Model: p.Model, ID: reqID, Tenant: key.Tenant, KeyID: key.ID, Endpoint: c.Endpoint,
-		Stream: p.Stream, IncludeUsage: p.IncludeUsage, Body: c.Body, Header: hdr,
-		Reservations: adm.reservations,
-	}
 
 	m := s.d.Metrics
 	inFlight := m.inFlight.WithLabelValues(p.Model)
@@ -235,40 +236,49 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	defer inFlight.Dec()
 
 	var (
-		res     bridge.Result
-		err     error
 		started bool
 		buf     *bytes.Buffer
+		sink    func([]byte) error
+		flush   func() error
+		// served is the model of the attempt in progress; log the
+		// attempts so far, for the response headers.
+		served string
+		log    attemptLog
 	)
 	if p.Stream {
-		rc := http.NewResponseController(w)
-		req.Flush = rc.Flush
+		flush = http.NewResponseController(w).Flush
 		var last time.Time
 		ttft := m.ttft.WithLabelValues(p.Model)
 		itl := m.itl.WithLabelValues(p.Model)
-		res, err = s.d.Client.Do(ctx, req, func(payload []byte) error {
+		sink = func(payload []byte) error {
 			now := time.Now()
 			first := !started
 			if first {
 				started = true
 				ttft.Observe(now.Sub(start).Seconds())
+				log.setHeaders(w.Header(), served, http.StatusOK)
 			} else {
 				itl.Observe(now.Sub(last).Seconds())
 			}
 			last = now
 			return out.Chunk(w, payload, first)
-		})
+		}
 	} else {
 		buf = bufPool.Get().(*bytes.Buffer)
 		buf.Reset()
 		defer bufPool.Put(buf)
-		res, err = s.d.Client.Do(ctx, req, func(part []byte) error {
+		sink = func(part []byte) error {
 			buf.Write(part)
 			return nil
-		})
+		}
 	}
-	if res.Retried {
+	ch := s.route(ctx, c, adm, hdr, flush, sink, &served, &log)
+	res, err := ch.res, ch.err
+	if ch.retried {
 		m.failovers.WithLabelValues(p.Model).Inc()
+	}
+	if err == nil && served != p.Model {
+		m.fallbacks.WithLabelValues(p.Model, served).Inc()
 	}
 
 	status := http.StatusOK
@@ -285,9 +295,10 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 		if ct == "" {
 			ct = "application/json"
 		}
+		log.setHeaders(w.Header(), served, status)
 		out.Complete(w, status, ct, buf.Bytes())
 	default:
-		apiErr := s.mapError(ctx, err, p.Model)
+		apiErr := s.mapError(ctx, err, orDefault(served, p.Model))
 		status = apiErr.Status
 		span.SetStatus(codes.Error, apiErr.Code)
 		m.errors.WithLabelValues(p.Model, apiErr.Code).Inc()
@@ -295,6 +306,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 		if r.Context().Err() != nil && !errors.Is(cause, ErrKeyRevoked) && !errors.Is(cause, ErrShuttingDown) {
 			status = 499 // client closed the request
 		} else {
+			if !started {
+				log.setHeaders(w.Header(), ch.answeredBy, 0)
+			}
 			out.Fail(w, apiErr, err, started)
 			if started {
 				_ = http.NewResponseController(w).Flush()
@@ -302,10 +316,14 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 		}
 		var be *bridge.Error
 		switch {
-		case errors.Is(err, bridge.ErrNoWorker) && len(adm.reservations) > 0:
-			go s.release(reqID, adm.reservations)
+		case res.DataFrames == 0 && len(ch.adm.reservations) > 0:
+			// Nothing reached the client, so nothing was spent; the
+			// worker, if one took it, may not report a failure a retry
+			// could have followed. Releasing is idempotent with the
+			// settlement of a usage event that does come.
+			go s.release(ch.adm.id, ch.adm.reservations)
 		case errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0:
-			s.recordLostUsage(c, reqID, res, span, adm.reservations)
+			s.recordLostUsage(c, served, ch.adm.id, res, span, ch.adm.reservations)
 		}
 	}
 	m.requests.WithLabelValues(p.Model, c.Operation, strconv.Itoa(status)).Inc()
