@@ -2,59 +2,158 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"time"
+	"unsafe"
 )
 
-// snapshotVersion is the version of the JSON form; Unmarshal refuses others.
-const snapshotVersion = 1
+// Snapshot versions. Version 1 (read only) held every id ever applied, with
+// no minute; version 2 (written) holds the ids remembered within the dedup
+// horizon, grouped by the minute they are remembered at, and the clock.
+const (
+	snapshotV1      = 1
+	snapshotV2      = 2
+	snapshotVersion = snapshotV2
+)
 
+// The JSON form, version 2:
+//
+//	{"version":2,"last_seq":N,"applied":N,"beyond_horizon":N,"clock":M,
+//	 "buckets":[Bucket...],
+//	 "seen":[{"minute":M,"ids":"<base64 of the 16-byte ids, concatenated>"}...]}
+//
+// clock (the newest event minute applied, a unix minute) is absent before
+// any event; seen groups are in ascending minute order and their ids in the
+// order they were applied. Version 1 had no beyond_horizon or clock and its
+// seen was one base64 string of every id, sorted.
 type wireLedger struct {
-	Version int      `json:"version"`
-	LastSeq uint64   `json:"last_seq"`
-	Applied uint64   `json:"applied"`
-	Buckets []Bucket `json:"buckets"`
-	// Seen is every remembered event ID (16 bytes each), sorted and
-	// concatenated; JSON carries it as base64.
-	Seen []byte `json:"seen"`
+	Version       int             `json:"version"`
+	LastSeq       uint64          `json:"last_seq"`
+	Applied       uint64          `json:"applied"`
+	BeyondHorizon uint64          `json:"beyond_horizon"`
+	Clock         *int64          `json:"clock"`
+	Buckets       []Bucket        `json:"buckets"`
+	Seen          json.RawMessage `json:"seen"`
 }
 
-// MarshalJSON writes the whole state: buckets (in bucket order), seen ids
-// (sorted) and the last sequence, so equal ledgers give equal bytes.
+type wireGroup struct {
+	Minute int64   `json:"minute"`
+	IDs    wireIDs `json:"ids"`
+}
+
+// wireIDs is a base64 string of concatenated ids, decoded straight into the
+// ids' memory.
+type wireIDs []ID
+
+func (w *wireIDs) UnmarshalJSON(b []byte) error {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' || bytes.IndexByte(b, '\\') >= 0 {
+		var raw []byte // not a plain string: let encoding/json say why
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return err
+		}
+		return w.set(raw)
+	}
+	src := b[1 : len(b)-1]
+	n := base64.StdEncoding.DecodedLen(len(src))
+	ids := make([]ID, (n+len(ID{})-1)/len(ID{}))
+	got, err := base64.StdEncoding.Decode(idBytes(ids), src)
+	if err != nil {
+		return fmt.Errorf("ledger: seen ids: %w", err)
+	}
+	if got%len(ID{}) != 0 {
+		return errors.New("ledger: seen ids are not a whole number of 16-byte ids")
+	}
+	*w = ids[:got/len(ID{})]
+	return nil
+}
+
+func (w *wireIDs) set(raw []byte) error {
+	if len(raw)%len(ID{}) != 0 {
+		return errors.New("ledger: seen ids are not a whole number of 16-byte ids")
+	}
+	ids := make([]ID, len(raw)/len(ID{}))
+	copy(idBytes(ids), raw)
+	*w = ids
+	return nil
+}
+
+// idBytes is the memory of ids as bytes (an ID is a [16]byte, so a []ID is
+// contiguous bytes).
+func idBytes(ids []ID) []byte {
+	if len(ids) == 0 {
+		return nil
+	}
+	return unsafe.Slice(&ids[0][0], len(ids)*len(ID{}))
+}
+
+// MarshalJSON writes the whole state (see wireLedger): buckets in bucket
+// order, remembered ids by minute, so ledgers that folded the same stream
+// give equal bytes. The ids are base64-encoded straight from memory; call it
+// directly rather than through json.Marshal, which would copy and re-scan
+// the result.
 func (l *Ledger) MarshalJSON() ([]byte, error) {
-	w := wireLedger{Version: snapshotVersion, LastSeq: l.lastSeq, Applied: l.applied, Buckets: make([]Bucket, 0, l.nb)}
+	buckets := make([]Bucket, 0, l.nb)
 	l.Range(time.Time{}, time.Time{}, func(b Bucket) bool {
-		w.Buckets = append(w.Buckets, b)
+		buckets = append(buckets, b)
 		return true
 	})
-	ids := make([]ID, 0, len(l.seen))
-	for id := range l.seen {
-		ids = append(ids, id)
+	bj, err := json.Marshal(buckets)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
-	w.Seen = make([]byte, 0, len(ids)*len(ID{}))
-	for _, id := range ids {
-		w.Seen = append(w.Seen, id[:]...)
+	size := len(bj) + 160
+	for _, g := range l.groups {
+		size += base64.StdEncoding.EncodedLen(len(g.ids)*len(ID{})) + 40
 	}
-	return json.Marshal(w)
+	out := make([]byte, 0, size)
+	out = append(out, `{"version":`...)
+	out = strconv.AppendInt(out, snapshotVersion, 10)
+	out = append(out, `,"last_seq":`...)
+	out = strconv.AppendUint(out, l.lastSeq, 10)
+	out = append(out, `,"applied":`...)
+	out = strconv.AppendUint(out, l.applied, 10)
+	out = append(out, `,"beyond_horizon":`...)
+	out = strconv.AppendUint(out, l.beyond, 10)
+	if l.hasClock {
+		out = append(out, `,"clock":`...)
+		out = strconv.AppendInt(out, l.clock, 10)
+	}
+	out = append(out, `,"buckets":`...)
+	out = append(out, bj...)
+	out = append(out, `,"seen":[`...)
+	for i, g := range l.groups {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"minute":`...)
+		out = strconv.AppendInt(out, g.minute, 10)
+		out = append(out, `,"ids":"`...)
+		out = base64.StdEncoding.AppendEncode(out, idBytes(g.ids))
+		out = append(out, `"}`...)
+	}
+	out = append(out, "]}"...)
+	return out, nil
 }
 
-// UnmarshalJSON replaces l with the state written by MarshalJSON.
+// UnmarshalJSON replaces l's state with the state written by MarshalJSON
+// (version 2) or by earlier versions (version 1); l keeps its dedup horizon,
+// and ids older than it are forgotten at once. The ids of a version 1
+// snapshot, which have no minute, are remembered at its newest bucket
+// minute: they are kept for the horizon from then, then forgotten.
 func (l *Ledger) UnmarshalJSON(b []byte) error {
 	var w wireLedger
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("ledger: decode: %w", err)
 	}
-	if w.Version != snapshotVersion {
-		return fmt.Errorf("ledger: snapshot version %d, want %d", w.Version, snapshotVersion)
-	}
-	if len(w.Seen)%len(ID{}) != 0 {
-		return errors.New("ledger: seen ids are not a whole number of 16-byte ids")
+	if w.Version != snapshotV1 && w.Version != snapshotV2 {
+		return fmt.Errorf("ledger: snapshot version %d, want %d or %d", w.Version, snapshotV1, snapshotV2)
 	}
 	n := New()
+	n.horizon = l.horizon
 	n.lastSeq, n.applied = w.LastSeq, w.Applied
 	for _, bk := range w.Buckets {
 		if bk.Start%60 != 0 {
@@ -62,10 +161,59 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		}
 		n.add(bk.Start/60, bk.Dims, bk.Counters)
 	}
-	n.seen = make(map[ID]struct{}, len(w.Seen)/len(ID{}))
-	for i := 0; i < len(w.Seen); i += len(ID{}) {
-		n.seen[ID(w.Seen[i:i+len(ID{})])] = struct{}{}
+	var groups []wireGroup
+	switch w.Version {
+	case snapshotV1:
+		var ids wireIDs
+		if len(w.Seen) > 0 && string(w.Seen) != "null" {
+			if err := json.Unmarshal(w.Seen, &ids); err != nil {
+				return fmt.Errorf("ledger: decode: %w", err)
+			}
+		}
+		if len(n.order) > 0 {
+			n.clock, n.hasClock = n.order[len(n.order)-1], true
+		} else if len(ids) > 0 {
+			n.hasClock = true // ids without buckets: remembered at minute 0
+		}
+		if len(ids) > 0 {
+			groups = []wireGroup{{Minute: n.clock, IDs: ids}}
+		}
+	case snapshotV2:
+		n.beyond = w.BeyondHorizon
+		if w.Clock != nil {
+			n.clock, n.hasClock = *w.Clock, true
+		}
+		if len(w.Seen) > 0 && string(w.Seen) != "null" {
+			if err := json.Unmarshal(w.Seen, &groups); err != nil {
+				return fmt.Errorf("ledger: decode: %w", err)
+			}
+		}
 	}
+	total := 0
+	for i, g := range groups {
+		if i > 0 && g.Minute <= groups[i-1].Minute {
+			return fmt.Errorf("ledger: seen minute %d after %d: not ascending", g.Minute, groups[i-1].Minute)
+		}
+		if !n.hasClock || g.Minute > n.clock {
+			return fmt.Errorf("ledger: seen minute %d after the clock", g.Minute)
+		}
+		total += len(g.IDs)
+	}
+	n.seen = make(map[ID]struct{}, total)
+	n.groups = make([]idGroup, 0, len(groups))
+	for _, g := range groups {
+		if len(g.IDs) == 0 {
+			continue
+		}
+		for _, id := range g.IDs {
+			if _, dup := n.seen[id]; dup {
+				return fmt.Errorf("ledger: seen id %x twice", id[:])
+			}
+			n.seen[id] = struct{}{}
+		}
+		n.groups = append(n.groups, idGroup{minute: g.Minute, ids: g.IDs})
+	}
+	n.prune(n.horizonMinutes())
 	*l = *n
 	return nil
 }
