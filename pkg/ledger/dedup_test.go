@@ -14,7 +14,9 @@ import (
 )
 
 // at is minute m after t0, plus s seconds.
-func at(m, s int) time.Time { return t0.Add(time.Duration(m)*time.Minute + time.Duration(s)*time.Second) }
+func at(m, s int) time.Time {
+	return t0.Add(time.Duration(m)*time.Minute + time.Duration(s)*time.Second)
+}
 
 func recAt(id string, m int) *events.UsageRecordedV1 {
 	return rec(id, "acme", "k1", "m1", events.EndpointChatCompletions, at(m, 7), 10, 0, 5, events.UsageStatusOK)
