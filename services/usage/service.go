@@ -2,7 +2,6 @@ package usage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -261,7 +260,7 @@ func (s *Service) loadSnapshot(ctx context.Context) error {
 		return fmt.Errorf("usage: load snapshot: %w", err)
 	}
 	l := s.newLedger()
-	if err := json.Unmarshal(b, l); err != nil {
+	if err := l.UnmarshalJSON(b); err != nil { // not json.Unmarshal, which would scan it once more
 		return fmt.Errorf("usage: load snapshot: %w", err)
 	}
 	s.mu.Lock()
