@@ -258,10 +258,8 @@ func marshalV1(l *Ledger) ([]byte, error) {
 		w.Buckets = append(w.Buckets, b)
 		return true
 	})
-	ids := make([]ID, 0, len(l.seen))
-	for id := range l.seen {
-		ids = append(ids, id)
-	}
+	ids := make([]ID, 0, l.seen.len())
+	l.seen.each(func(id ID) { ids = append(ids, id) })
 	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
 	w.Seen = make([]byte, 0, len(ids)*len(ID{}))
 	for _, id := range ids {

@@ -200,19 +200,18 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		}
 		total += len(g.IDs)
 	}
-	n.seen = make(map[ID]struct{}, total)
+	n.seen = newIDSet(total)
 	n.groups = make([]idGroup, 0, len(groups))
 	for _, g := range groups {
 		if len(g.IDs) == 0 {
 			continue
 		}
 		for _, id := range g.IDs {
-			n.seen[id] = struct{}{}
+			if !n.seen.add(id) {
+				return fmt.Errorf("ledger: seen id %x twice", id[:])
+			}
 		}
 		n.groups = append(n.groups, idGroup{minute: g.Minute, ids: g.IDs})
-	}
-	if len(n.seen) != total {
-		return fmt.Errorf("ledger: %d seen ids, of which %d distinct", total, len(n.seen))
 	}
 	n.prune(n.horizonMinutes())
 	*l = *n

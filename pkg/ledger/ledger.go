@@ -152,7 +152,7 @@ type Ledger struct {
 	// ids by the minute they are remembered at, ascending (ids are always
 	// remembered at the clock, so only the last group grows).
 	horizon  time.Duration // 0: DefaultDedupHorizon; < 0: for ever
-	seen     map[ID]struct{}
+	seen     idSet
 	groups   []idGroup
 	clock    int64 // the newest event minute applied, when hasClock
 	hasClock bool
@@ -181,7 +181,7 @@ func WithDedupHorizon(d time.Duration) Option {
 
 // New returns an empty ledger.
 func New(opts ...Option) *Ledger {
-	l := &Ledger{minutes: map[int64]minuteBuckets{}, seen: map[ID]struct{}{}}
+	l := &Ledger{minutes: map[int64]minuteBuckets{}}
 	for _, o := range opts {
 		o(l)
 	}
@@ -229,7 +229,7 @@ func (l *Ledger) Applied() uint64 { return l.applied }
 
 // Seen is how many event ids the ledger remembers (those applied within the
 // dedup horizon).
-func (l *Ledger) Seen() int { return len(l.seen) }
+func (l *Ledger) Seen() int { return l.seen.len() }
 
 // Len is the number of minute buckets.
 func (l *Ledger) Len() int { return l.nb }
@@ -237,8 +237,7 @@ func (l *Ledger) Len() int { return l.nb }
 // HasSeen reports whether the event id was applied and is still
 // remembered.
 func (l *Ledger) HasSeen(eventID string) bool {
-	_, ok := l.seen[EventID(eventID)]
-	return ok
+	return l.seen.has(EventID(eventID))
 }
 
 // SetLastSeq records that the stream was folded up to seq without an event
@@ -359,7 +358,7 @@ func CorrectionCounters(u *events.UsageCorrectedV1, pb *PriceBook) Counters {
 // that fall out of the horizon.
 func (l *Ledger) markSeen(eventID string, minute int64) bool {
 	id := EventID(eventID)
-	if _, dup := l.seen[id]; dup {
+	if l.seen.has(id) {
 		return false
 	}
 	hm := l.horizonMinutes()
@@ -376,7 +375,7 @@ func (l *Ledger) markSeen(eventID string, minute int64) bool {
 
 // remember adds id to seen and to the group of the clock's minute.
 func (l *Ledger) remember(id ID) {
-	l.seen[id] = struct{}{}
+	l.seen.add(id)
 	n := len(l.groups)
 	if n == 0 || l.groups[n-1].minute != l.clock {
 		if n > 0 {
@@ -402,12 +401,13 @@ func (l *Ledger) prune(hm int64) {
 	k := 0
 	for k < len(l.groups) && l.groups[k].minute < cut {
 		for _, id := range l.groups[k].ids {
-			delete(l.seen, id)
+			l.seen.del(id)
 		}
 		k++
 	}
 	if k > 0 {
 		l.groups = slices.Delete(l.groups, 0, k)
+		l.seen.shrink()
 	}
 }
 
@@ -536,10 +536,7 @@ func (l *Ledger) Clone(from, to time.Time, scope string, withSeen bool) *Ledger 
 		}
 	}
 	if withSeen {
-		c.seen = make(map[ID]struct{}, len(l.seen))
-		for id := range l.seen {
-			c.seen[id] = struct{}{}
-		}
+		c.seen = idSet{slots: slices.Clone(l.seen.slots), n: l.seen.n, zero: l.seen.zero}
 		c.groups = make([]idGroup, len(l.groups))
 		for i, g := range l.groups {
 			c.groups[i] = idGroup{minute: g.minute, ids: slices.Clone(g.ids)}
@@ -623,7 +620,7 @@ func compareBuckets(a, b Bucket) int {
 // same dedup horizon are Equal, however each was built (from scratch, from a
 // snapshot, or by Clone with the seen ids).
 func Equal(a, b *Ledger) bool {
-	if a.lastSeq != b.lastSeq || a.applied != b.applied || a.nb != b.nb || len(a.seen) != len(b.seen) ||
+	if a.lastSeq != b.lastSeq || a.applied != b.applied || a.nb != b.nb || a.seen.len() != b.seen.len() ||
 		a.beyond != b.beyond || a.hasClock != b.hasClock || a.clock != b.clock || len(a.groups) != len(b.groups) ||
 		!slices.Equal(a.order, b.order) {
 		return false
