@@ -31,13 +31,83 @@ const (
 // order they were applied. Version 1 had no beyond_horizon or clock and its
 // seen was one base64 string of every id, sorted.
 type wireLedger struct {
-	Version       int             `json:"version"`
-	LastSeq       uint64          `json:"last_seq"`
-	Applied       uint64          `json:"applied"`
-	BeyondHorizon uint64          `json:"beyond_horizon"`
-	Clock         *int64          `json:"clock"`
-	Buckets       []Bucket        `json:"buckets"`
-	Seen          json.RawMessage `json:"seen"`
+	Version       int      `json:"version"`
+	LastSeq       uint64   `json:"last_seq"`
+	Applied       uint64   `json:"applied"`
+	BeyondHorizon uint64   `json:"beyond_horizon"`
+	Clock         *int64   `json:"clock"`
+	Buckets       []Bucket `json:"buckets"`
+	Seen          wireSeen `json:"seen"`
+}
+
+// wireSeen is the seen field of either version: a string (version 1) or an
+// array of groups (version 2), decoded as it is read.
+type wireSeen struct {
+	str    bool        // a string
+	arr    bool        // an array
+	ids    wireIDs     // version 1
+	groups []wireGroup // version 2
+}
+
+func (w *wireSeen) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || string(b) == "null":
+		return nil
+	case b[0] == '"':
+		w.str = true
+		return w.ids.UnmarshalJSON(b)
+	}
+	w.arr = true
+	if g, ok := parseGroups(b); ok {
+		w.groups = g
+		return nil
+	}
+	return json.Unmarshal(b, &w.groups)
+}
+
+// parseGroups reads the groups in exactly the layout MarshalJSON writes,
+// without another pass of encoding/json over the ids; anything else (or
+// anything wrong) is left to encoding/json (ok false).
+func parseGroups(b []byte) (groups []wireGroup, ok bool) {
+	p, ok := bytes.CutPrefix(b, []byte("["))
+	if !ok {
+		return nil, false
+	}
+	if string(p) == "]" {
+		return nil, true
+	}
+	for {
+		if p, ok = bytes.CutPrefix(p, []byte(`{"minute":`)); !ok {
+			return nil, false
+		}
+		i := 0
+		for i < len(p) && (p[i] == '-' || '0' <= p[i] && p[i] <= '9') {
+			i++
+		}
+		m, err := strconv.ParseInt(string(p[:i]), 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		if p, ok = bytes.CutPrefix(p[i:], []byte(`,"ids":"`)); !ok {
+			return nil, false
+		}
+		j := bytes.IndexByte(p, '"')
+		if j < 0 {
+			return nil, false
+		}
+		ids, err := decodeIDs(p[:j])
+		if err != nil {
+			return nil, false
+		}
+		groups = append(groups, wireGroup{Minute: m, IDs: ids})
+		if p, ok = bytes.CutPrefix(p[j+1:], []byte("}")); !ok {
+			return nil, false
+		}
+		if p, ok = bytes.CutPrefix(p, []byte(",")); !ok {
+			return groups, string(p) == "]"
+		}
+	}
 }
 
 type wireGroup struct {
@@ -57,18 +127,29 @@ func (w *wireIDs) UnmarshalJSON(b []byte) error {
 		}
 		return w.set(raw)
 	}
-	src := b[1 : len(b)-1]
+	ids, err := decodeIDs(b[1 : len(b)-1])
+	if err != nil {
+		return err
+	}
+	*w = ids
+	return nil
+}
+
+// decodeIDs decodes base64 (without JSON escapes) into ids.
+func decodeIDs(src []byte) (wireIDs, error) {
+	if bytes.IndexByte(src, '\\') >= 0 {
+		return nil, errors.New("ledger: seen ids: escaped")
+	}
 	n := base64.StdEncoding.DecodedLen(len(src))
 	ids := make([]ID, (n+len(ID{})-1)/len(ID{}))
 	got, err := base64.StdEncoding.Decode(idBytes(ids), src)
 	if err != nil {
-		return fmt.Errorf("ledger: seen ids: %w", err)
+		return nil, fmt.Errorf("ledger: seen ids: %w", err)
 	}
 	if got%len(ID{}) != 0 {
-		return errors.New("ledger: seen ids are not a whole number of 16-byte ids")
+		return nil, errors.New("ledger: seen ids are not a whole number of 16-byte ids")
 	}
-	*w = ids[:got/len(ID{})]
-	return nil
+	return ids[:got/len(ID{})], nil
 }
 
 func (w *wireIDs) set(raw []byte) error {
@@ -165,12 +246,10 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 	var groups []wireGroup
 	switch w.Version {
 	case snapshotV1:
-		var ids wireIDs
-		if len(w.Seen) > 0 && string(w.Seen) != "null" {
-			if err := json.Unmarshal(w.Seen, &ids); err != nil {
-				return fmt.Errorf("ledger: decode: %w", err)
-			}
+		if w.Seen.arr {
+			return errors.New("ledger: version 1 seen ids are not a string")
 		}
+		ids := w.Seen.ids
 		if len(n.order) > 0 {
 			n.clock, n.hasClock = n.order[len(n.order)-1], true
 		} else if len(ids) > 0 {
@@ -184,11 +263,10 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		if w.Clock != nil {
 			n.clock, n.hasClock = *w.Clock, true
 		}
-		if len(w.Seen) > 0 && string(w.Seen) != "null" {
-			if err := json.Unmarshal(w.Seen, &groups); err != nil {
-				return fmt.Errorf("ledger: decode: %w", err)
-			}
+		if w.Seen.str {
+			return errors.New("ledger: version 2 seen ids are not groups")
 		}
+		groups = w.Seen.groups
 	}
 	total := 0
 	for i, g := range groups {
