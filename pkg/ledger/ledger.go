@@ -24,7 +24,9 @@
 // newest folded), and when the clock moves past minute m + H every id
 // remembered at m is forgotten, a whole minute at a time (amortised O(1)
 // per event). Memory is therefore bounded by the ids applied during H of
-// event time, not by the ids applied since the stream began.
+// event time (about 47 bytes each: a flat open-addressing set, which keeps
+// no tombstones however many ids it forgets, and the per-minute lists), not
+// by the ids applied since the stream began.
 //
 // An event whose minute is within H of the clock is checked exactly: any
 // earlier copy of it is still remembered. An event older than that (a late
@@ -35,7 +37,8 @@
 // BeyondHorizon. Rejecting it instead would silently drop usage that was
 // really spent (every correction of a request older than H, for a start),
 // while applying it double counts only a copy republished more than H
-// after its original, which no producer does. A producer whose clock runs
+// after its original, which no producer here does (they retry for
+// seconds). A producer whose clock runs
 // ahead moves the clock with it: ids are then kept until the clock has
 // moved H past them again, and the events of correct producers count as
 // beyond the horizon, so BeyondHorizon rising is the sign to look for.
