@@ -6,8 +6,42 @@
 //
 // Money is int64 nano-USD (1e-9 USD). A bucket is one tenant × API key ×
 // model × endpoint × minute (the unix minute of the request's StartedAt, or
-// of a correction's At). Every event id is remembered for good, so an event
-// republished after JetStream's duplicate window is still counted once.
+// of a correction's At).
+//
+// # Deduplication horizon
+//
+// An event whose id was applied before is skipped. Duplicates reach the
+// ledger only from retried publishes (seconds apart; JetStream drops most
+// of them within its own 2-minute window) and from corrections or replays
+// published again with the same id, so ids are not remembered for ever but
+// for a dedup horizon H of event time (WithDedupHorizon, default
+// DefaultDedupHorizon). The ledger's clock is the newest event minute it
+// has applied: it depends only on the events folded, never on a wall clock,
+// so folding the same stream (from scratch, or from a snapshot taken
+// midway) always gives the same ledger, forgotten ids included. Each
+// applied id is remembered with the clock's minute after folding it (the
+// event's own minute, or the newer clock for an event older than the
+// newest folded), and when the clock moves past minute m + H every id
+// remembered at m is forgotten, a whole minute at a time (amortised O(1)
+// per event). Memory is therefore bounded by the ids applied during H of
+// event time (about 47 bytes each: a flat open-addressing set, which keeps
+// no tombstones however many ids it forgets, and the per-minute lists), not
+// by the ids applied since the stream began.
+//
+// An event whose minute is within H of the clock is checked exactly: any
+// earlier copy of it is still remembered. An event older than that (a late
+// correction of an old request, a producer with a slow clock) cannot be
+// fully checked, since an earlier copy folded more than H of clock progress
+// ago would have been forgotten; it is applied when its id is not
+// remembered, remembered from then on like any other, and counted in
+// BeyondHorizon. Rejecting it instead would silently drop usage that was
+// really spent (every correction of a request older than H, for a start),
+// while applying it double counts only a copy republished more than H
+// after its original, which no producer here does (they retry for
+// seconds). A producer whose clock runs
+// ahead moves the clock with it: ids are then kept until the clock has
+// moved H past them again, and the events of correct producers count as
+// beyond the horizon, so BeyondHorizon rising is the sign to look for.
 //
 // A Ledger is not safe for concurrent use; callers that read while another
 // goroutine folds must lock (reads may run concurrently with each other).
@@ -96,25 +130,99 @@ func EventID(id string) ID {
 
 type minuteBuckets = map[Dims]*Counters
 
-// Ledger is the folded state: minute buckets, the ids of every event
-// applied, and the last stream sequence folded.
+// DefaultDedupHorizon is how long in event time an applied event id is
+// remembered when New is given no WithDedupHorizon.
+const DefaultDedupHorizon = 48 * time.Hour
+
+// idGroup is the ids remembered at one minute, in the order they were
+// applied.
+type idGroup struct {
+	minute int64
+	ids    []ID
+}
+
+// Ledger is the folded state: minute buckets, the ids of the events applied
+// within the dedup horizon, the clock (the newest event minute applied)
+// and the last stream sequence folded.
 type Ledger struct {
 	minutes map[int64]minuteBuckets // unix minute → buckets
 	order   []int64                 // the keys of minutes, ascending
 	nb      int                     // buckets in all
-	seen    map[ID]struct{}
 	lastSeq uint64
 	applied uint64
+
+	// Deduplication: seen holds every remembered id; groups holds the same
+	// ids by the minute they are remembered at, ascending (ids are always
+	// remembered at the clock, so only the last group grows).
+	horizon  time.Duration // 0: DefaultDedupHorizon; < 0: for ever
+	seen     idSet
+	groups   []idGroup
+	clock    int64 // the newest event minute applied, when hasClock
+	hasClock bool
+	beyond   uint64 // events applied older than the horizon
 
 	// cache of the last minute touched: events arrive roughly in order.
 	lastMin int64
 	lastMB  minuteBuckets
 }
 
-// New returns an empty ledger.
-func New() *Ledger {
-	return &Ledger{minutes: map[int64]minuteBuckets{}, seen: map[ID]struct{}{}}
+// Option configures a Ledger.
+type Option func(*Ledger)
+
+// WithDedupHorizon sets how long in event time an applied event id is
+// remembered (see the package doc), rounded up to whole minutes; d <= 0
+// remembers every id for ever.
+func WithDedupHorizon(d time.Duration) Option {
+	return func(l *Ledger) {
+		if d <= 0 {
+			l.horizon = -1
+			return
+		}
+		l.horizon = (d + time.Minute - 1).Truncate(time.Minute)
+	}
 }
+
+// New returns an empty ledger.
+func New(opts ...Option) *Ledger {
+	l := &Ledger{minutes: map[int64]minuteBuckets{}}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// DedupHorizon is how long in event time an applied id is remembered; 0
+// for ever.
+func (l *Ledger) DedupHorizon() time.Duration {
+	switch {
+	case l.horizon == 0:
+		return DefaultDedupHorizon
+	case l.horizon < 0:
+		return 0
+	}
+	return l.horizon
+}
+
+// horizonMinutes is the horizon in minutes, or -1 for ever.
+func (l *Ledger) horizonMinutes() int64 {
+	if d := l.DedupHorizon(); d > 0 {
+		return int64(d / time.Minute)
+	}
+	return -1
+}
+
+// Clock is the start of the newest event minute applied (the zero time
+// before any).
+func (l *Ledger) Clock() time.Time {
+	if !l.hasClock {
+		return time.Time{}
+	}
+	return time.Unix(l.clock*60, 0).UTC()
+}
+
+// BeyondHorizon is how many events were applied although their minute was
+// older than the dedup horizon allows to check (see the package doc).
+func (l *Ledger) BeyondHorizon() uint64 { return l.beyond }
 
 // LastSeq is the last stream sequence folded (0 for none).
 func (l *Ledger) LastSeq() uint64 { return l.lastSeq }
@@ -122,16 +230,17 @@ func (l *Ledger) LastSeq() uint64 { return l.lastSeq }
 // Applied is how many events changed the ledger.
 func (l *Ledger) Applied() uint64 { return l.applied }
 
-// Seen is how many event ids the ledger remembers.
-func (l *Ledger) Seen() int { return len(l.seen) }
+// Seen is how many event ids the ledger remembers (those applied within the
+// dedup horizon).
+func (l *Ledger) Seen() int { return l.seen.len() }
 
 // Len is the number of minute buckets.
 func (l *Ledger) Len() int { return l.nb }
 
-// HasSeen reports whether the event id was applied.
+// HasSeen reports whether the event id was applied and is still
+// remembered.
 func (l *Ledger) HasSeen(eventID string) bool {
-	_, ok := l.seen[EventID(eventID)]
-	return ok
+	return l.seen.has(EventID(eventID))
 }
 
 // SetLastSeq records that the stream was folded up to seq without an event
@@ -149,9 +258,10 @@ func (l *Ledger) SetLastSeq(seq uint64) {
 // UsageRecordedV1 and V2 add one request to the bucket of their StartedAt
 // minute; UsageCorrectedV1 adds its deltas, and the cost of its token
 // deltas, to the bucket of the corrected request (its At). Other event types
-// are ignored. An event whose id was applied before is skipped whatever its
-// sequence; so is a sequence at or below LastSeq (seq 0 means "no
-// sequence": only the id is checked). LastSeq is advanced in every case.
+// are ignored. An event whose id was applied before (and is still
+// remembered: see the package doc) is skipped whatever its sequence; so is
+// a sequence at or below LastSeq (seq 0 means "no sequence": only the id is
+// checked). LastSeq is advanced in every case.
 func (l *Ledger) Apply(seq uint64, eventID string, ev events.Event, pb *PriceBook) bool {
 	ok, _ := l.ApplyCost(seq, eventID, ev, pb)
 	return ok
@@ -189,22 +299,24 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 		if eventID == "" {
 			eventID = rec.RequestID
 		}
-		if !l.markSeen(eventID) {
+		m := minuteOf(rec.StartedAt)
+		if !l.markSeen(eventID, m) {
 			return false, 0
 		}
 		c := RecordCounters(rec, pb)
-		l.add(minuteOf(rec.StartedAt), Dims{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, Endpoint: rec.Endpoint}, c)
+		l.add(m, Dims{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, Endpoint: rec.Endpoint}, c)
 		l.applied++
 		return true, c.CostNano
 	case cor != nil:
 		if eventID == "" {
 			eventID = cor.CorrectionID
 		}
-		if !l.markSeen(eventID) {
+		m := minuteOf(cor.At)
+		if !l.markSeen(eventID, m) {
 			return false, 0
 		}
 		c := CorrectionCounters(cor, pb)
-		l.add(minuteOf(cor.At), Dims{Tenant: cor.Tenant, KeyID: cor.KeyID, Model: cor.Model, Endpoint: cor.Endpoint}, c)
+		l.add(m, Dims{Tenant: cor.Tenant, KeyID: cor.KeyID, Model: cor.Model, Endpoint: cor.Endpoint}, c)
 		l.applied++
 		return true, c.CostNano
 	}
@@ -244,13 +356,62 @@ func CorrectionCounters(u *events.UsageCorrectedV1, pb *PriceBook) Counters {
 	}
 }
 
-func (l *Ledger) markSeen(eventID string) bool {
+// markSeen reports whether eventID is new and, if so, remembers it for an
+// event of the given minute, moving the clock and forgetting the minutes
+// that fall out of the horizon.
+func (l *Ledger) markSeen(eventID string, minute int64) bool {
 	id := EventID(eventID)
-	if _, dup := l.seen[id]; dup {
+	if l.seen.has(id) {
 		return false
 	}
-	l.seen[id] = struct{}{}
+	hm := l.horizonMinutes()
+	switch {
+	case !l.hasClock || minute > l.clock:
+		l.clock, l.hasClock = minute, true
+		l.prune(hm)
+	case hm >= 0 && minute < l.clock-hm:
+		l.beyond++
+	}
+	l.remember(id)
 	return true
+}
+
+// remember adds id to seen and to the group of the clock's minute.
+func (l *Ledger) remember(id ID) {
+	l.seen.add(id)
+	n := len(l.groups)
+	if n == 0 || l.groups[n-1].minute != l.clock {
+		if n > 0 {
+			// The previous minute is closed: drop its append slack.
+			if g := &l.groups[n-1]; cap(g.ids)-len(g.ids) > len(g.ids)/8 {
+				g.ids = slices.Clone(g.ids)
+			}
+		}
+		l.groups = append(l.groups, idGroup{minute: l.clock, ids: make([]ID, 0, 64)})
+		n++
+	}
+	g := &l.groups[n-1]
+	g.ids = append(g.ids, id)
+}
+
+// prune forgets the ids remembered at minutes older than the clock minus
+// the horizon (hm minutes, -1 for ever).
+func (l *Ledger) prune(hm int64) {
+	if hm < 0 || !l.hasClock {
+		return
+	}
+	cut := l.clock - hm
+	k := 0
+	for k < len(l.groups) && l.groups[k].minute < cut {
+		for _, id := range l.groups[k].ids {
+			l.seen.del(id)
+		}
+		k++
+	}
+	if k > 0 {
+		l.groups = slices.Delete(l.groups, 0, k)
+		l.seen.shrink()
+	}
 }
 
 // minuteOf is the unix minute containing t (floor division, so times before
@@ -364,11 +525,12 @@ func (l *Ledger) Totals(from, to time.Time, scope string) Counters {
 
 // Clone returns a deep copy of the buckets whose minute lies in [from, to)
 // (zero times: all) and, when scope is not empty, whose tenant is scope,
-// with the same LastSeq and Applied. The seen ids are copied only when
-// withSeen is true.
+// with the same LastSeq, Applied, BeyondHorizon, clock and dedup horizon.
+// The remembered ids are copied only when withSeen is true.
 func (l *Ledger) Clone(from, to time.Time, scope string, withSeen bool) *Ledger {
 	c := New()
 	c.lastSeq, c.applied = l.lastSeq, l.applied
+	c.horizon, c.clock, c.hasClock, c.beyond = l.horizon, l.clock, l.hasClock, l.beyond
 	for _, m := range l.minuteRange(from, to) {
 		for d, p := range l.minutes[m] {
 			if scope == "" || d.Tenant == scope {
@@ -377,9 +539,10 @@ func (l *Ledger) Clone(from, to time.Time, scope string, withSeen bool) *Ledger 
 		}
 	}
 	if withSeen {
-		c.seen = make(map[ID]struct{}, len(l.seen))
-		for id := range l.seen {
-			c.seen[id] = struct{}{}
+		c.seen = idSet{slots: slices.Clone(l.seen.slots), n: l.seen.n, zero: l.seen.zero}
+		c.groups = make([]idGroup, len(l.groups))
+		for i, g := range l.groups {
+			c.groups[i] = idGroup{minute: g.minute, ids: slices.Clone(g.ids)}
 		}
 	}
 	return c
@@ -454,10 +617,14 @@ func compareBuckets(a, b Bucket) int {
 	return a.Dims.compare(b.Dims)
 }
 
-// Equal reports whether two ledgers hold the same buckets, seen ids, last
-// sequence and applied count.
+// Equal reports whether two ledgers hold the same buckets, remembered ids
+// (each at the same minute), clock, last sequence, applied and
+// beyond-horizon counts. Two ledgers that folded the same stream with the
+// same dedup horizon are Equal, however each was built (from scratch, from a
+// snapshot, or by Clone with the seen ids).
 func Equal(a, b *Ledger) bool {
-	if a.lastSeq != b.lastSeq || a.applied != b.applied || a.nb != b.nb || len(a.seen) != len(b.seen) ||
+	if a.lastSeq != b.lastSeq || a.applied != b.applied || a.nb != b.nb || a.seen.len() != b.seen.len() ||
+		a.beyond != b.beyond || a.hasClock != b.hasClock || a.clock != b.clock || len(a.groups) != len(b.groups) ||
 		!slices.Equal(a.order, b.order) {
 		return false
 	}
@@ -473,9 +640,22 @@ func Equal(a, b *Ledger) bool {
 			}
 		}
 	}
-	for id := range a.seen {
-		if _, ok := b.seen[id]; !ok {
+	for i, g := range a.groups {
+		h := b.groups[i]
+		if g.minute != h.minute || len(g.ids) != len(h.ids) {
 			return false
+		}
+		if slices.Equal(g.ids, h.ids) {
+			continue
+		}
+		set := make(map[ID]struct{}, len(h.ids))
+		for _, id := range h.ids {
+			set[id] = struct{}{}
+		}
+		for _, id := range g.ids {
+			if _, ok := set[id]; !ok {
+				return false
+			}
 		}
 	}
 	return true

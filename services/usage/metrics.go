@@ -5,24 +5,28 @@ import (
 )
 
 type metrics struct {
-	folded      *prometheus.CounterVec
-	applied     prometheus.Counter
-	duplicate   prometheus.Counter
-	ignored     prometheus.Counter
-	invalid     prometheus.Counter
-	foldedSeq   prometheus.Gauge
-	lag         prometheus.Gauge
-	snapshotDur prometheus.Histogram
-	snapshotB   prometheus.Gauge
-	snapshotErr prometheus.Counter
-	audits      *prometheus.CounterVec
-	auditDur    prometheus.Histogram
-	settle      *prometheus.CounterVec
-	settleOK    prometheus.Counter
-	settleSkip  prometheus.Counter
-	settleErr   prometheus.Counter
-	alerts      prometheus.Counter
-	queries     *prometheus.CounterVec
+	folded    *prometheus.CounterVec
+	applied   prometheus.Counter
+	duplicate prometheus.Counter
+	ignored   prometheus.Counter
+	invalid   prometheus.Counter
+	foldedSeq prometheus.Gauge
+	// dedup: the ids the ledger remembers, and the events applied although
+	// older than its dedup horizon.
+	dedupIDs      prometheus.Gauge
+	beyondHorizon prometheus.Counter
+	lag           prometheus.Gauge
+	snapshotDur   prometheus.Histogram
+	snapshotB     prometheus.Gauge
+	snapshotErr   prometheus.Counter
+	audits        *prometheus.CounterVec
+	auditDur      prometheus.Histogram
+	settle        *prometheus.CounterVec
+	settleOK      prometheus.Counter
+	settleSkip    prometheus.Counter
+	settleErr     prometheus.Counter
+	alerts        prometheus.Counter
+	queries       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,6 +37,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		foldedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "aiforge_usage_folded_sequence", Help: "The last USAGE stream sequence folded into the ledger.",
+		}),
+		dedupIDs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aiforge_usage_dedup_ids",
+			Help: "Event ids the ledger remembers to skip duplicates (those applied within the dedup horizon).",
+		}),
+		beyondHorizon: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aiforge_usage_dedup_beyond_horizon_total",
+			Help: "Events applied although their time was older than the ledger's newest event minus the dedup horizon: an earlier copy, if any, could not be checked.",
 		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "aiforge_usage_fold_lag_events", Help: "USAGE stream messages not folded yet (stream last sequence minus folded sequence).",
@@ -72,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.settleOK = m.settle.WithLabelValues("ok")
 	m.settleSkip = m.settle.WithLabelValues("skipped")
 	m.settleErr = m.settle.WithLabelValues("error")
-	for _, c := range []prometheus.Collector{m.folded, m.foldedSeq, m.lag, m.snapshotDur, m.snapshotB, m.snapshotErr,
+	for _, c := range []prometheus.Collector{m.folded, m.foldedSeq, m.dedupIDs, m.beyondHorizon, m.lag, m.snapshotDur, m.snapshotB, m.snapshotErr,
 		m.audits, m.auditDur, m.settle, m.alerts, m.queries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -174,7 +174,7 @@ func (s *Service) Audit(ctx context.Context, from, to time.Time, scope string) (
 	s.mu.RUnlock()
 	pb := s.prices.Load()
 
-	re := ledger.New()
+	re := s.newLedger()
 	n, err := replay(ctx, s.deps.JS, from.Add(-s.cfg.LateMargin), upTo, s.cfg.FetchBatch, s.cfg.AuditStallTimeout,
 		func(seq uint64, id string, ev events.Event) {
 			if ev != nil {

@@ -2,7 +2,6 @@ package usage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,7 +82,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, deps: deps, log: deps.Logger.With("service", "usage"), m: m, now: deps.Now,
-		led:      ledger.New(),
+		led:      ledger.New(ledger.WithDedupHorizon(cfg.DedupHorizon)),
 		querySem: make(chan struct{}, cfg.MaxConcurrentQueries),
 		auditSem: make(chan struct{}, 1),
 	}
@@ -245,6 +244,11 @@ func (s *Service) rebuildLimits(v *directory.View) {
 	s.limits.Store(lv)
 }
 
+// newLedger is an empty ledger with the configured dedup horizon.
+func (s *Service) newLedger() *ledger.Ledger {
+	return ledger.New(ledger.WithDedupHorizon(s.cfg.DedupHorizon))
+}
+
 // loadSnapshot replaces the ledger with the newest snapshot, if any.
 func (s *Service) loadSnapshot(ctx context.Context) error {
 	b, err := s.obs.GetBytes(ctx, s.cfg.SnapshotObject)
@@ -255,13 +259,14 @@ func (s *Service) loadSnapshot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("usage: load snapshot: %w", err)
 	}
-	l := ledger.New()
-	if err := json.Unmarshal(b, l); err != nil {
+	l := s.newLedger()
+	if err := l.UnmarshalJSON(b); err != nil { // not json.Unmarshal, which would scan it once more
 		return fmt.Errorf("usage: load snapshot: %w", err)
 	}
 	s.mu.Lock()
 	s.led = l
 	s.mu.Unlock()
+	s.m.dedupIDs.Set(float64(l.Seen()))
 	s.snapSeq = l.LastSeq()
 	s.m.foldedSeq.Set(float64(l.LastSeq()))
 	s.log.Info("ledger snapshot loaded", "last_seq", l.LastSeq(), "buckets", l.Len(), "seen_ids", l.Seen(), "bytes", len(b))
@@ -287,7 +292,7 @@ func (s *Service) snapshot(ctx context.Context) error {
 		s.sinceSnap, s.lastSnap = 0, time.Now()
 		return nil
 	}
-	b, err := json.Marshal(s.led)
+	b, err := s.led.MarshalJSON() // not json.Marshal, which would copy and re-scan it
 	if err != nil {
 		return fmt.Errorf("usage: encode snapshot: %w", err)
 	}
@@ -381,13 +386,20 @@ func (s *Service) foldMsg(seq uint64, h nats.Header, data []byte) {
 	s.mu.Lock()
 	var applied bool
 	var cost int64
+	beyond := s.led.BeyondHorizon()
 	switch kind {
 	case decodedEvent:
 		applied, cost = s.led.ApplyCost(seq, id, ev, pb)
 	default:
 		s.led.SetLastSeq(seq)
 	}
+	beyond = s.led.BeyondHorizon() - beyond
+	seen := s.led.Seen()
 	s.mu.Unlock()
+	if beyond > 0 {
+		s.m.beyondHorizon.Add(float64(beyond))
+	}
+	s.m.dedupIDs.Set(float64(seen))
 	switch {
 	case kind == decodedIgnored:
 		s.m.ignored.Inc()
