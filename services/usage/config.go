@@ -12,7 +12,7 @@
 // snapshotting therefore re-folds from the checkpoint and counts nothing
 // twice.
 //
-// Event ids are remembered for DedupHorizon (default 48h) of event time, not
+// Event ids are remembered for DedupHorizon (default 1h) of event time, not
 // for ever (see pkg/ledger): duplicates come only from retried publishes,
 // seconds apart, and from corrections or replays sent again with the same
 // id, so memory and snapshots stay bounded under steady load (about the ids
@@ -113,7 +113,7 @@ type Config struct {
 	// hold the ids of DedupHorizon of traffic: about 47 bytes of memory and
 	// 22 bytes of snapshot each, so at 1000 requests/s the default keeps
 	// 173M ids (~8 GB, 3.8 GB snapshots) and 1h keeps 3.6M (~170 MB).
-	// Default 48h.
+	// Default 1h.
 	DedupHorizon time.Duration
 	// Discounts multiplies the cost of an endpoint (for example
 	// {"batch": 0.5}); endpoints not listed pay full price.
