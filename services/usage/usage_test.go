@@ -162,7 +162,10 @@ func TestDuplicatesAreCountedOnce(t *testing.T) {
 	if stored := h.publish(all); stored != 2*len(pubs) {
 		t.Fatalf("stored %d messages, want %d", stored, 2*len(pubs))
 	}
-	r := h.start(Config{}, nil)
+	// The copies come after every original, up to 17 hours of event time
+	// later: inside a horizon that long (the default hour is covered by
+	// TestDedupHorizonBoundsMemory).
+	r := h.start(Config{DedupHorizon: 48 * time.Hour}, nil)
 	waitFolded(t, r.svc, h.lastSeq())
 	var got ledger.Counters
 	r.svc.Ledger(func(l *ledger.Ledger) { got = l.Totals(time.Time{}, time.Time{}, "") })
