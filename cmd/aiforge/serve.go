@@ -18,6 +18,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/guardian"
+	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 )
 
@@ -37,6 +38,7 @@ type serveFlags struct {
 	cooldownN  int
 	cooldown   time.Duration
 	retention  time.Duration
+	dedup      time.Duration
 	replicas   int
 	hubURL     string
 	hubHosts   []string
@@ -53,6 +55,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().DurationVar(&f.cooldown, "cooldown", envDuration("AIFORGE_COOLDOWN", 30*time.Second), "edge: how long an engine that failed --cooldown-failures times in a row is skipped")
 	c.Flags().DurationVar(&f.holdTTL, "reservation-ttl", envDuration("AIFORGE_RESERVATION_TTL", 15*time.Minute), "edge: how long a hard budget's reservation counts when its request never settles (an edge or worker killed mid-request); must exceed the longest request")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
+	c.Flags().DurationVar(&f.dedup, "usage-dedup-horizon", usage.DefaultDedupHorizon, "usage: how long, in event time, the ledger remembers event ids to drop duplicates (memory: about 47 bytes per request in it)")
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
@@ -111,6 +114,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.CooldownFailures = f.cooldownN
 	o.Edge.Cooldown = f.cooldown
 	o.Edge.Streams.UsageMaxAge = f.retention
+	o.Usage.DedupHorizon = f.dedup
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace
 	s3, err := s3FromEnv()

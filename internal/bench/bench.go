@@ -78,12 +78,12 @@ func (e *Env) Close() { e.close() }
 
 // Setup starts the simulator and aiforge and waits until the model answers.
 func Setup(ctx context.Context, progress io.Writer) (*Env, error) {
-	return SetupEngine(ctx, progress, enginesim.Config{})
+	return SetupEngine(ctx, progress, enginesim.Config{}, nil)
 }
 
 // SetupEngine is Setup with the simulator configured by sim (its Models are
 // set by the bench).
-func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) (*Env, error) {
+func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config, tune func(*app.Options)) (*Env, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -111,7 +111,11 @@ func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config) 
 		return nil, err
 	}
 	const admin = "bench-admin-key-0123456789"
-	a, err := app.New(app.Options{DataDir: dir, EdgeListener: ln, AdminKey: admin})
+	opts := app.Options{DataDir: dir, EdgeListener: ln, AdminKey: admin}
+	if tune != nil {
+		tune(&opts)
+	}
+	a, err := app.New(opts)
 	if err != nil {
 		cleanup()
 		return nil, err

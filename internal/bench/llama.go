@@ -71,7 +71,7 @@ func RunLlama(ctx context.Context, o Options) (LlamaReport, error) {
 		o.Progress = io.Discard
 	}
 	rep := LlamaReport{Requests: o.Requests, Tokens: o.Tokens}
-	env, err := SetupEngine(ctx, o.Progress, enginesim.LlamaLike(enginesim.Config{}))
+	env, err := SetupEngine(ctx, o.Progress, enginesim.LlamaLike(enginesim.Config{}), nil)
 	if err != nil {
 		return rep, err
 	}

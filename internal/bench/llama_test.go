@@ -16,7 +16,7 @@ import (
 // llama-server that reports errors after its 200 (the issue's "a streamed
 // engine error becomes a success"), through the edge.
 func TestLlamaErrorsThroughAiforge(t *testing.T) {
-	env, err := SetupEngine(context.Background(), nil, enginesim.LlamaLike(enginesim.Config{ContextSize: 8}))
+	env, err := SetupEngine(context.Background(), nil, enginesim.LlamaLike(enginesim.Config{ContextSize: 8}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

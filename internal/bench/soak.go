@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/aiforge/aiforge/internal/app"
+	"github.com/aiforge/aiforge/pkg/enginesim"
 )
 
 // SoakOptions size a soak: steady load through aiforge for Duration, a
@@ -41,7 +44,11 @@ type SoakOptions struct {
 	HeapProfileDir string
 	// CPUProfile, when set, is written over the loaded part of the soak.
 	CPUProfile string
-	Progress   io.Writer
+	// DedupHorizon, when set, is the usage ledger's (usage.Config): a
+	// short one shows within a short soak that the ids it remembers stop
+	// growing once the horizon is full.
+	DedupHorizon time.Duration
+	Progress     io.Writer
 }
 
 // AddFlags registers the soak's flags (`aiforge bench --soak 2m ...`).
@@ -54,6 +61,7 @@ func (o *SoakOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.StreamEvery, "soak-stream-every", 4, "soak: every n-th request is streamed (0: none)")
 	fs.StringVar(&o.HeapProfileDir, "heap-profile", "", "soak: write heap-start.pprof and heap-end.pprof into this directory")
 	fs.StringVar(&o.CPUProfile, "cpu-profile", "", "soak: write a CPU profile of the loaded period to this file")
+	fs.DurationVar(&o.DedupHorizon, "soak-dedup-horizon", 0, "soak: the usage ledger's dedup horizon (0: the default, an hour); a shorter one shows the ledger's memory levelling off within a short soak")
 }
 
 // Sample is the process's memory at one moment.
@@ -210,7 +218,7 @@ func Soak(ctx context.Context, o SoakOptions, w io.Writer) (SoakReport, error) {
 			return rep, err
 		}
 	}
-	env, err := Setup(ctx, o.Progress)
+	env, err := SetupEngine(ctx, o.Progress, enginesim.Config{}, func(a *app.Options) { a.Usage.DedupHorizon = o.DedupHorizon })
 	if err != nil {
 		return rep, err
 	}

@@ -111,9 +111,8 @@ type Config struct {
 	// remembered, so that a copy of the event is skipped (rounded up to
 	// whole minutes; see the package doc). Memory, and every snapshot,
 	// hold the ids of DedupHorizon of traffic: about 47 bytes of memory and
-	// 22 bytes of snapshot each, so at 1000 requests/s the default keeps
-	// 173M ids (~8 GB, 3.8 GB snapshots) and 1h keeps 3.6M (~170 MB).
-	// Default 1h.
+	// 22 bytes of snapshot each, so at 1000 requests/s the default hour
+	// keeps 3.6M ids (~170 MB; 48h would be 173M, ~8 GB). Default 1h.
 	DedupHorizon time.Duration
 	// Discounts multiplies the cost of an endpoint (for example
 	// {"batch": 0.5}); endpoints not listed pay full price.
