@@ -101,7 +101,16 @@ func TestWorkerStateThroughTheStack(t *testing.T) {
 	if !slices.Equal(ids, []string{"good", "plain"}) {
 		t.Fatalf("/v1/models lists %v, want the servable good and plain", ids)
 	}
-	if st, body := s.post(key, "/v1/chat/completions", `{"model":"locked","messages":[{"role":"user","content":"hi"}]}`); st != http.StatusServiceUnavailable {
+	// The tenant is told why, in words that name no internal host or key.
+	st, raw := s.post(key, "/v1/chat/completions", `{"model":"locked","messages":[{"role":"user","content":"hi"}]}`)
+	body := string(raw)
+	if st != http.StatusServiceUnavailable || !strings.Contains(body, "model_unavailable") ||
+		!strings.Contains(body, "its engine refuses the key aiforge holds for it") || strings.Contains(body, wrongKey) || strings.Contains(body, "127.0.0.1") {
 		t.Fatalf("locked answered %d %s", st, body)
+	}
+	st, raw = s.post(key, "/v1/chat/completions", `{"model":"offline","messages":[{"role":"user","content":"hi"}]}`)
+	body = string(raw)
+	if st != http.StatusServiceUnavailable || !strings.Contains(body, "its engine cannot be reached") || strings.Contains(body, "127.0.0.1") {
+		t.Fatalf("offline answered %d %s", st, body)
 	}
 }

@@ -3,6 +3,9 @@ package inference
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -10,6 +13,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"github.com/aiforge/aiforge/pkg/tokens"
 )
@@ -22,7 +26,7 @@ func (s *Service) mapError(ctx context.Context, err error, model string) *contra
 		return contracts.ErrShuttingDown()
 	}
 	if errors.Is(err, bridge.ErrNoWorker) {
-		return contracts.ErrNoWorker(model)
+		return s.noWorker(model)
 	}
 	var be *bridge.Error
 	if errors.As(err, &be) {
@@ -34,7 +38,7 @@ func (s *Service) mapError(ctx context.Context, err error, model string) *contra
 		msg := be.Message
 		switch be.Code {
 		case contracts.CodeNoWorker:
-			return contracts.ErrNoWorker(model)
+			return s.noWorker(model)
 		case contracts.CodeWorkerLost:
 			return contracts.ErrWorkerLost()
 		case contracts.CodeEngineTimeout:
@@ -88,4 +92,37 @@ func (s *Service) recordLostUsage(c Call, model, reqID string, res bridge.Result
 			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 		}
 	}()
+}
+
+// unavailableWhy says, in words fit for a tenant, why the replicas of a
+// model do not serve: their states, never their errors (which name
+// internal hosts).
+var unavailableWhy = map[string]string{
+	registry.WorkerStarting:     "its engine is being checked",
+	registry.WorkerUnreachable:  "its engine cannot be reached",
+	registry.WorkerUnauthorized: "its engine refuses the key aiforge holds for it",
+	registry.WorkerMisnamed:     "its engine does not serve the configured upstream model",
+	registry.WorkerUnhealthy:    "its engine failed a health check",
+	registry.WorkerDraining:     "its workers are stopping",
+}
+
+// noWorker is model_unavailable for model, saying why when its replicas
+// report states that explain it (operators see the details in
+// GET /admin/v1/models/{name}).
+func (s *Service) noWorker(model string) *contracts.Error {
+	e := contracts.ErrNoWorker(model)
+	states := s.d.Directory.Workers(model)
+	var why []string
+	for _, st := range states {
+		if st.Servable() {
+			return e // a replica serves: busy, or the state lags
+		}
+		if w, ok := unavailableWhy[st.State]; ok && !slices.Contains(why, w) {
+			why = append(why, w)
+		}
+	}
+	if len(why) > 0 {
+		e.Message = fmt.Sprintf("No worker is serving the model '%s' right now: %s. Retry later.", model, strings.Join(why, "; "))
+	}
+	return e
 }
