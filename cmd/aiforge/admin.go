@@ -352,14 +352,51 @@ func parseEngineSpec(spec string, getenv func(string) string) (map[string]any, e
 }
 
 type modelOut struct {
-	Name   string `json:"name"`
-	Engine struct {
-		BaseURL        string `json:"base_url"`
-		Model          string `json:"model"`
-		APIKey         string `json:"api_key,omitempty"`
-		MaxConcurrency int    `json:"max_concurrency,omitempty"`
-	} `json:"engine"`
-	CreatedAt time.Time `json:"created_at"`
+	Name      string      `json:"name"`
+	Engine    engineOut   `json:"engine"`
+	Engines   []engineOut `json:"engines,omitempty"`
+	Fallbacks []string    `json:"fallbacks,omitempty"`
+	CreatedAt time.Time   `json:"created_at"`
+}
+
+type engineOut struct {
+	ID             string `json:"id,omitempty"`
+	BaseURL        string `json:"base_url"`
+	Model          string `json:"model"`
+	APIKey         string `json:"api_key,omitempty"`
+	MaxConcurrency int    `json:"max_concurrency,omitempty"`
+}
+
+// modelRows is one row per engine of each model (further engines named
+// by their id), with a FALLBACKS column only when a model has fallbacks.
+func modelRows(ms []modelOut) ([]string, [][]string) {
+	fallbacks := false
+	for _, m := range ms {
+		fallbacks = fallbacks || len(m.Fallbacks) > 0
+	}
+	header := []string{"MODEL", "ENGINE", "UPSTREAM", "CREATED"}
+	if fallbacks {
+		header = append(header, "FALLBACKS")
+	}
+	rows := [][]string{}
+	for _, m := range ms {
+		for i, e := range append([]engineOut{m.Engine}, m.Engines...) {
+			url := e.BaseURL
+			if e.ID != "" {
+				url += " (" + e.ID + ")"
+			}
+			row := []string{m.Name, url, e.Model, m.CreatedAt.Format(time.RFC3339)}
+			if fallbacks {
+				fb := "-"
+				if i == 0 && len(m.Fallbacks) > 0 {
+					fb = strings.Join(m.Fallbacks, ", ")
+				}
+				row = append(row, fb)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return header, rows
 }
 
 func modelsCmd() *cobra.Command {
@@ -482,11 +519,8 @@ func modelsCmd() *cobra.Command {
 			if err := cl.Do(cmd.Context(), "GET", "/admin/v1/models", nil, &out); err != nil {
 				return err
 			}
-			rows := [][]string{}
-			for _, m := range out.Data {
-				rows = append(rows, []string{m.Name, m.Engine.BaseURL, m.Engine.Model, m.CreatedAt.Format(time.RFC3339)})
-			}
-			cli.Table(cmd.OutOrStdout(), []string{"MODEL", "ENGINE", "UPSTREAM", "CREATED"}, rows)
+			header, rows := modelRows(out.Data)
+			cli.Table(cmd.OutOrStdout(), header, rows)
 			return nil
 		},
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -163,5 +165,26 @@ func TestBadEnvironmentValuesAreErrors(t *testing.T) {
 	err := root.Execute()
 	if err == nil || !strings.Contains(err.Error(), "AIFORGE_RESERVATION_TTL") || !strings.Contains(err.Error(), "AIFORGE_STREAM_REPLICAS") {
 		t.Fatalf("err = %v, want both bad variables named", err)
+	}
+}
+
+// models list shows every engine of a model, and its fallbacks.
+func TestModelRows(t *testing.T) {
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	plain := modelOut{Name: "small", Engine: engineOut{BaseURL: "http://a/v1", Model: "up"}, CreatedAt: at}
+	header, rows := modelRows([]modelOut{plain})
+	if strings.Join(header, " ") != "MODEL ENGINE UPSTREAM CREATED" || len(rows) != 1 {
+		t.Fatalf("plain: %v %v", header, rows)
+	}
+	multi := modelOut{Name: "chat", Engine: engineOut{BaseURL: "http://a/v1", Model: "q"},
+		Engines: []engineOut{{ID: "b", BaseURL: "http://b/v1", Model: "q"}}, Fallbacks: []string{"x", "y"}, CreatedAt: at}
+	header, rows = modelRows([]modelOut{multi, plain})
+	want := [][]string{
+		{"chat", "http://a/v1", "q", "2026-12-01T00:00:00Z", "x, y"},
+		{"chat", "http://b/v1 (b)", "q", "2026-12-01T00:00:00Z", "-"},
+		{"small", "http://a/v1", "up", "2026-12-01T00:00:00Z", "-"},
+	}
+	if header[len(header)-1] != "FALLBACKS" || fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Fatalf("multi: %v %v", header, rows)
 	}
 }
