@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
@@ -391,14 +392,20 @@ func TestEngineErrorBodies(t *testing.T) {
 	const key = "engine-secret-key-4567"
 	// What the worker's key probe at start ({} to chat) gets: an engine
 	// that accepted the key refuses the empty body.
+	var mu sync.Mutex // the worker's key probes run on their own goroutine
 	status := http.StatusBadRequest
 	var answer string
 	calls := make(chan struct{}, 16)
 	base := fakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		calls <- struct{}{}
+		if r.ContentLength != 2 { // the key probe's "{}" is not a forwarded request
+			calls <- struct{}{}
+		}
+		mu.Lock()
+		st, body := status, answer
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, answer)
+		w.WriteHeader(st)
+		_, _ = io.WriteString(w, body)
 	})
 	cfg := modelFor("served", "up", base)
 	cfg.Engine.APIKey = key
@@ -419,11 +426,15 @@ func TestEngineErrorBodies(t *testing.T) {
 			contracts.Error{Status: 502, Code: contracts.CodeEngineError}},
 		{"fastapi detail", 422, `{"detail":"field required"}`, contracts.Error{Status: 422, Code: contracts.CodeInvalidRequest, Message: "field required"}},
 		{"plain text", 400, `bad request for https://admin:hunter2@engine.local/v1`, contracts.Error{Status: 400, Code: contracts.CodeInvalidRequest}},
-		{"key refused", 401, `{"error":"Invalid API key ` + key + `"}`, contracts.Error{Status: 502, Code: contracts.CodeUpstreamAuth}},
 		{"an error answered 200", 200, `{"error":{"message":"model is loading","type":"server_error","code":503}}`, contracts.Error{Status: 502, Code: contracts.CodeEngineError}},
+		// Last: a refused key makes the worker check its key at once, and
+		// with the engine still refusing it the replica stops serving.
+		{"key refused", 401, `{"error":"Invalid API key ` + key + `"}`, contracts.Error{Status: 502, Code: contracts.CodeUpstreamAuth}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
 			status, answer = tc.status, tc.body
+			mu.Unlock()
 			for len(calls) > 0 {
 				<-calls
 			}

@@ -70,6 +70,12 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 	if c.Code != "" && c.Outcome == engine.OutcomeError {
 		mm.errorCode(c.Code)
 	}
+	if c.Code == contracts.CodeUpstreamAuth {
+		select { // check the key now rather than at the next tick
+		case s.recheck <- struct{}{}:
+		default:
+		}
+	}
 	mm.e2e.Observe(lat.Seconds())
 
 	ev := events.UsageRecordedV1{

@@ -29,6 +29,9 @@ type Service struct {
 	state   *reporter
 	// limits holds the engine's own rate limits (nil: none).
 	limits *engineLimiter
+	// recheck asks the health loop for a full check (the key included)
+	// now: a request found the engine refusing its key.
+	recheck chan struct{}
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -57,6 +60,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		metrics: deps.Metrics.forModel(cfg.Model),
 		hooks:   deps.Hooks,
 		limits:  newEngineLimiter(cfg.Engine.RPM, cfg.Engine.TPM, time.Now),
+		recheck: make(chan struct{}, 1),
 	}
 	s.engine = engine.New(engine.Config{
 		Served:         cfg.Model,
@@ -227,20 +231,25 @@ func (s *Service) awaitEngine(ctx context.Context) (engine.Report, error) {
 // healthLoop checks the engine every HealthInterval until ctx ends, pausing
 // the bridge server (traffic goes to healthy replicas) while checks fail.
 // A healthy engine gets the cheap check (its model list); a failing one the
-// full check, so that it serves again only with its key accepted.
+// full check, so that it serves again only with its key accepted, and so
+// does a healthy one at once when a request found it refusing the key
+// (the key changed on the engine since it was verified).
 func (s *Service) healthLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.HealthInterval)
 	defer t.Stop()
 	healthy := true
 	for {
+		full := !healthy
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.recheck:
+			full = true
 		}
 		var err error
 		var rep engine.Report
-		if healthy {
+		if !full {
 			err = s.engine.Check(ctx)
 		} else {
 			rep, err = s.engine.Verify(ctx)
