@@ -169,7 +169,7 @@ func (e *edgeProcess) kill9() {
 func buildAiforge(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds the aiforge binary")
+		t.Skip("-short: this test builds the aiforge binary with go build; run it without -short")
 	}
 	bin := filepath.Join(t.TempDir(), "aiforge")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/aiforge/aiforge/cmd/aiforge").CombinedOutput()

@@ -663,7 +663,13 @@ func TestOllamaRealEngine(t *testing.T) {
 		const body = `{"model":%q,"messages":[{"role":"user","content":"ping"}],"max_tokens":2,"response_format":{"type":"json_schema","json_schema":{"schema":7}}}`
 		dst, direct, _ := httpDo("http://"+f.engine.addr+"/v1/chat/completions", "", "POST", fmt.Sprintf(body, ollamaModel))
 		if d := decodeAnswer(t, "ollama", direct); dst != 500 || d.Error == nil || !strings.Contains(d.Error.Message, "invalid format") {
-			t.Skipf("ollama %s no longer answers an invalid format 500: %d %s", ollamaVersion, dst, direct)
+			// CI pins the version that does; elsewhere another version may
+			// have changed its answer, which is not aiforge's to test.
+			msg := fmt.Sprintf("this Ollama does not answer an invalid format with a 500 (%d %s), as %s does: the subtest needs %s (%s)", dst, direct, ollamaVersion, ollamaVersion, ollamaInstall)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
 		}
 		eventually(t, 10*time.Second, func() bool { return handled() > 0 }, "ollama's access log")
 		before := handled()
