@@ -3,8 +3,18 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 )
+
+// maxEventBytes bounds one event of an engine's stream (its lines and
+// data together): an engine, or an external provider, sending a line
+// without end must not grow the worker's memory without bound. Each
+// event becomes one bridge frame, which must fit a NATS message anyway.
+const maxEventBytes = 1 << 20
+
+// errEventTooLarge ends a stream whose event is over maxEventBytes.
+var errEventTooLarge = errors.New("engine: a stream event is over 1 MiB")
 
 // An engine's event stream is read field by field: OpenAI engines send
 // `data:` events only, but real ones send more. llama-server reports an
@@ -49,10 +59,16 @@ func (s *sseReader) Next() (sseEvent, error) {
 		if err == bufio.ErrBufferFull {
 			full := append([]byte(nil), line...)
 			for err == bufio.ErrBufferFull {
+				if len(full)+len(s.data)+len(s.errBuf) > maxEventBytes {
+					return sseEvent{}, errEventTooLarge
+				}
 				line, err = s.r.ReadSlice('\n')
 				full = append(full, line...)
 			}
 			line = full
+		}
+		if len(line)+len(s.data)+len(s.errBuf) > maxEventBytes {
+			return sseEvent{}, errEventTooLarge
 		}
 		if err != nil && !(err == io.EOF && len(line) > 0) {
 			if err == io.EOF {

@@ -164,3 +164,32 @@ func TestEngineCodesBounded(t *testing.T) {
 		}
 	}
 }
+
+// endless is a stream that never ends its line.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// An event without end (one endless line, or data lines that never reach
+// the blank line ending the event) is refused at maxEventBytes, not read
+// into memory for ever.
+func TestSSEEventBounded(t *testing.T) {
+	rd := newSSEReader(io.MultiReader(strings.NewReader("data: "), endless{}))
+	if _, err := rd.Next(); err != errEventTooLarge {
+		t.Fatalf("endless line: %v", err)
+	}
+	line := "data: " + strings.Repeat("b", 4096) + "\n"
+	lines := strings.NewReader(strings.Repeat(line, 2*maxEventBytes/len(line)))
+	if _, err := newSSEReader(lines).Next(); err != errEventTooLarge {
+		t.Fatalf("endless event: %v", err)
+	}
+	ok := "data: " + strings.Repeat("c", maxEventBytes/2) + "\n\n"
+	if ev, err := newSSEReader(strings.NewReader(ok)).Next(); err != nil || len(ev.data) != maxEventBytes/2 {
+		t.Fatalf("an event under the bound: %d bytes, %v", len(ev.data), err)
+	}
+}
