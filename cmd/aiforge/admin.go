@@ -492,7 +492,7 @@ func modelsCmd() *cobra.Command {
 	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required)")
 	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
-	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default 64)")
+	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default: what the engine reports, llama-server's /props total_slots, else 64; for vLLM set its --max-num-seqs)")
 	register.Flags().DurationVar(&ttftTimeout, "ttft-timeout", 0, "longest wait for a stream's first token, then 504 engine_timeout (default none)")
 	register.Flags().DurationVar(&requestTimeout, "request-timeout", 0, "longest time for one request, then 504 engine_timeout (default 10m)")
 	register.Flags().StringVar(&engineID, "engine-id", "", "id of this (first) engine among the model's engines (default none)")

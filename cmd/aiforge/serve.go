@@ -369,7 +369,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 	c.Flags().StringVar(&w.Model, "model", "", "worker: the served model name")
 	c.Flags().StringVar(&w.Engine.BaseURL, "engine-url", "", "worker: the engine's OpenAI base URL, ending in /v1")
 	c.Flags().StringVar(&w.Engine.Model, "engine-model", "", "worker: the model name the engine serves")
-	c.Flags().IntVar(&w.Engine.MaxConcurrency, "max-concurrency", 0, "worker: requests sent to the engine at once (default 64)")
+	c.Flags().IntVar(&w.Engine.MaxConcurrency, "max-concurrency", 0, "worker: requests sent to the engine at once (default: what the engine reports, llama-server's /props total_slots, else 64)")
 	c.Flags().StringVar(&engineKeyEnv, "engine-api-key-env", "AIFORGE_ENGINE_API_KEY", "worker: environment variable holding the engine's API key")
 	return c
 }
