@@ -91,10 +91,15 @@ const (
 	// FamilyEmbed is events.Embed, EmbedDirect and EmbedPing: internal
 	// embedding calls, served for the embeddings endpoint only.
 	FamilyEmbed
+	// FamilyBatch is events.BatchInfer, BatchInferDirect and
+	// BatchInferPing: lines of Batch API batches, published by the batch
+	// service. A worker gives a free slot to a waiting request of another
+	// family before any batch line.
+	FamilyBatch
 )
 
 // Families lists every family, in a stable order.
-var Families = []Family{FamilyInfer, FamilyEmbed}
+var Families = []Family{FamilyInfer, FamilyEmbed, FamilyBatch}
 
 func (f Family) String() string {
 	switch f {
@@ -102,32 +107,43 @@ func (f Family) String() string {
 		return "infer"
 	case FamilyEmbed:
 		return "embed"
+	case FamilyBatch:
+		return "batch"
 	}
 	return "Family(" + strconv.Itoa(int(f)) + ")"
 }
 
-func (f Family) valid() bool { return f == FamilyInfer || f == FamilyEmbed }
+func (f Family) valid() bool { return f == FamilyInfer || f == FamilyEmbed || f == FamilyBatch }
 
 // Subject is where requests for model are published in this family.
 func (f Family) Subject(model string) string {
-	if f == FamilyEmbed {
+	switch f {
+	case FamilyEmbed:
 		return events.Embed(model)
+	case FamilyBatch:
+		return events.BatchInfer(model)
 	}
 	return events.Infer(model)
 }
 
 // Direct addresses one replica of model in this family.
 func (f Family) Direct(model, worker string) string {
-	if f == FamilyEmbed {
+	switch f {
+	case FamilyEmbed:
 		return events.EmbedDirect(model, worker)
+	case FamilyBatch:
+		return events.BatchInferDirect(model, worker)
 	}
 	return events.InferDirect(model, worker)
 }
 
 // Ping is answered by every replica of model in this family.
 func (f Family) Ping(model string) string {
-	if f == FamilyEmbed {
+	switch f {
+	case FamilyEmbed:
 		return events.EmbedPing(model)
+	case FamilyBatch:
+		return events.BatchInferPing(model)
 	}
 	return events.InferPing(model)
 }

@@ -71,6 +71,9 @@ type Request struct {
 	// Attempt counts from 1; a failure on the last attempt (MaxAttempts) is
 	// final, so a worker records its usage even when nothing was spent.
 	Attempt int
+	// Family is the subject family the request came on: FamilyBatch for a
+	// batch line (events.UsageRecordedV3, lower slot priority).
+	Family Family
 }
 
 // FinalAttempt reports whether no retry will follow a failure.
@@ -276,6 +279,7 @@ func (s *Server) onRequest(f Family, m *nats.Msg) {
 		Header:       h,
 		ReceivedAt:   time.Now(),
 		Attempt:      1,
+		Family:       f,
 	}
 	if a, err := strconv.Atoi(h.Get(HdrAttempt)); err == nil && a > 0 {
 		req.Attempt = a

@@ -37,10 +37,11 @@ const (
 	Embedder  = "embedder"
 	Retriever = "retriever"
 	Guardian  = "guardian"
+	Batch     = "batch"
 )
 
 // Services lists every service identity, in a stable order.
-var Services = []string{Edge, Embedder, Guardian, Ingest, Retriever, Usage, Worker}
+var Services = []string{Batch, Edge, Embedder, Guardian, Ingest, Retriever, Usage, Worker}
 
 // Identities are the services and admin.
 func Identities() []string { return append(slices.Clone(Services), Admin) }
@@ -51,7 +52,7 @@ func ServiceOf(module string) string {
 	switch module {
 	case "workers", "worker":
 		return Worker
-	case Edge, Usage, Ingest, Embedder, Retriever, Guardian:
+	case Edge, Usage, Ingest, Embedder, Retriever, Guardian, Batch:
 		return module
 	}
 	return ""
@@ -169,6 +170,9 @@ const inferAll = "aiforge.infer.v1.>"
 // embedAll is every internal embedding subject: requests, direct, ping.
 const embedAll = "aiforge.embed.v1.>"
 
+// batchInferAll is every batch-line subject: requests, direct, ping.
+const batchInferAll = "aiforge.infer.batch.v1.>"
+
 // inferCtlAll is every worker's control subject.
 const inferCtlAll = "aiforge.infer.ctl.v1.*"
 
@@ -185,13 +189,14 @@ func table() map[string]Permissions {
 	// workers answer embeddings only), the writer of the registry and
 	// catalog, the caller of the usage and retriever queries.
 	edge := (&grant{}).inbox(Edge).streamInfo().
-		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery).
+		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery).
 		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageCorrectedV1)).
 		p(ev(events.TypeDocIngestRequestedV1), ev(events.TypeDocRemovedV1)).
 		p(ev(events.TypeModelUploadedV1), ev(events.TypeModelPullRequestedV1)).
 		kvWrite(registryBuckets...).kvWrite(catalogBuckets...).
 		kvWrite(events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles,
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
+		kvWrite(events.BucketBatches, events.BucketBatchQueues).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
 		kvRead(events.BucketWorkers).
@@ -211,9 +216,9 @@ func table() map[string]Permissions {
 	// bindings and the catalog. The only bucket they write is their own
 	// state (registry.WorkerState).
 	worker := (&grant{}).inbox(Worker).streamInfo().
-		s(inferAll, embedAll, inferCtlAll).
-		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever)).
-		p(ev(events.TypeUsageRecordedV2)).
+		s(inferAll, embedAll, batchInferAll, inferCtlAll).
+		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever), bridgeReplies(Batch)).
+		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
 		kvWrite(events.BucketWorkers)
 	put(Worker, worker, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
@@ -265,6 +270,25 @@ func table() map[string]Permissions {
 		durable(events.StreamModels, "guardian-scan").durable(events.StreamModels, "guardian-mirror").
 		kvWrite(catalogBuckets...)
 	put(Guardian, guardian, nil)
+
+	// The batch service validates batches, enqueues their lines on the
+	// BATCH stream, dispatches them to workers on the batch family only
+	// (never aiforge.infer.v1.>), writes results and the output and error
+	// files (records in the files bucket), updates the batch records and
+	// answers scheduler queries. Its consumers are one per batch, so its
+	// consumer grant covers the BATCH stream, which only it reads.
+	batch := (&grant{}).inbox(Batch).streamInfo().
+		s(events.BatchQuery).
+		p(batchInferAll, inferCtlAll).
+		p(ev(events.TypeBatchLineV1), ev(events.TypeBatchResultV1), ev(events.TypeBatchFinishedV1)).
+		ordered(events.StreamBatch).
+		p(api+"CONSUMER.DURABLE.CREATE."+events.StreamBatch+".>", api+"CONSUMER.MSG.NEXT."+events.StreamBatch+".>",
+			"$JS.ACK."+events.StreamBatch+".>", api+"STREAM.PURGE."+events.StreamBatch,
+			api+"STREAM.MSG.DELETE."+events.StreamBatch, api+"CONSUMER.LIST."+events.StreamBatch,
+			api+"CONSUMER.NAMES."+events.StreamBatch, events.DeadLetter(events.StreamBatch, "*")).
+		kvWrite(events.BucketBatches, events.BucketFiles).
+		kvRead(events.BucketBatchQueues, events.BucketWorkers, events.BucketModels, events.BucketTenants)
+	put(Batch, batch, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
 
 	// Admin is for operators and provisioning: everything.
 	put(Admin, (&grant{}).p(">").s(">"), nil)

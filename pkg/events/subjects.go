@@ -32,6 +32,9 @@ const (
 	// had its own subject, v2 events were published on v1's; the USAGE
 	// stream still holds those, and readers tell them by ce-type.
 	TypeUsageRecordedV2 = "aiforge.usage.recorded.v2"
+	// TypeUsageRecordedV3 is UsageRecordedV3, keyed by tenant: a batch
+	// line's usage.
+	TypeUsageRecordedV3 = "aiforge.usage.recorded.v3"
 	// TypeUsageCorrectedV1 is UsageCorrectedV1, keyed by tenant.
 	TypeUsageCorrectedV1 = "aiforge.usage.corrected.v1"
 	// TypeBudgetAlertV1 is BudgetAlertV1, keyed by tenant.
@@ -59,6 +62,17 @@ const (
 	// TypeModelPullRequestedV1 is ModelPullRequestedV1, keyed by model
 	// name. It never carries a hub token.
 	TypeModelPullRequestedV1 = "aiforge.models.pull.requested.v1"
+
+	// TypeBatchLineV1 is BatchLineV1, keyed by batch id: one request line
+	// of a validated batch, durable work for the batch dispatcher.
+	TypeBatchLineV1 = "aiforge.batch.line.v1"
+	// TypeBatchResultV1 is BatchResultV1, keyed by batch id: one line's
+	// outcome, read back when the batch's output and error files are
+	// written.
+	TypeBatchResultV1 = "aiforge.batch.result.v1"
+	// TypeBatchFinishedV1 is BatchFinishedV1, keyed by tenant: a batch
+	// reached a final status (its webhook is delivered from it).
+	TypeBatchFinishedV1 = "aiforge.batch.finished.v1"
 )
 
 // Subject returns the subject an event of type typ concerning key (a tenant
@@ -84,7 +98,17 @@ const (
 	ModelsUploadedAll      = "aiforge.models.uploaded.*.*"
 	ModelsVerdictAll       = "aiforge.models.verdict.*.*"
 	ModelsPullRequestedAll = "aiforge.models.pull.requested.*.*"
+
+	BatchLinesAll    = "aiforge.batch.line.*.*"
+	BatchResultsAll  = "aiforge.batch.result.*.*"
+	BatchFinishedAll = "aiforge.batch.finished.*.*"
 )
+
+// BatchLinesOf matches the request lines of one batch, of every version.
+func BatchLinesOf(batch string) string { return "aiforge.batch.line.*." + Token(batch) }
+
+// BatchResultsOf matches the results of one batch, of every version.
+func BatchResultsOf(batch string) string { return "aiforge.batch.result.*." + Token(batch) }
 
 // UsageOfTenant matches every usage event of one tenant, of every kind and
 // version (aiforge.usage.<event>.v<N>.<tenant>): recorded v1 and v2 and
@@ -111,6 +135,13 @@ const (
 	// ModelsAll matches every model event.
 	ModelsAll = "aiforge.models.>"
 
+	// StreamBatch holds the batch flow: request lines, results, final
+	// statuses. Lines and results of a batch are purged once its files
+	// are written.
+	StreamBatch = "BATCH"
+	// BatchAll matches every batch event.
+	BatchAll = "aiforge.batch.>"
+
 	StreamDeadLetter = "DEADLETTER"
 	// DeadLetterAll matches every dead letter.
 	DeadLetterAll = "aiforge.deadletter.>"
@@ -135,6 +166,9 @@ const (
 	// RetrieverQuery is the subject of vector store searches, answered by
 	// the retriever service.
 	RetrieverQuery = "aiforge.query.retriever.v1"
+	// BatchQuery is the subject of batch scheduler queries (queue shares,
+	// borrowed quota, waiting lines), answered by the batch service.
+	BatchQuery = "aiforge.query.batch.v1"
 )
 
 // Real-time inference over core NATS request/reply. Workers of one model
@@ -181,6 +215,24 @@ func EmbedDirect(model, worker string) string { return Embed(model) + ".w." + wo
 // the embedding family.
 func EmbedPing(model string) string { return Embed(model) + ".ping" }
 
+// Batch lines are served by the same workers as real-time requests, on a
+// family of their own so that a worker knows them for what they are (a
+// real-time request wins a worker's next free slot over any batch line)
+// and the bus can let the batch service publish batch work without letting
+// it publish real-time inference. Same queue group (InferQueue) and
+// control subject (InferControl).
+
+// BatchInfer is where batch lines for a model are published.
+func BatchInfer(model string) string { return "aiforge.infer.batch.v1." + Token(model) }
+
+// BatchInferDirect addresses one worker replica of a model on the batch
+// family.
+func BatchInferDirect(model, worker string) string { return BatchInfer(model) + ".w." + worker }
+
+// BatchInferPing is answered by every worker replica of a model with its
+// id, on the batch family.
+func BatchInferPing(model string) string { return BatchInfer(model) + ".ping" }
+
 // InferControl carries cancel and flow-control credits from an edge to the
 // worker serving a request.
 func InferControl(worker string) string { return "aiforge.infer.ctl.v1." + worker }
@@ -218,6 +270,13 @@ const (
 	// and its engine (registry.WorkerState), refreshed while it runs and
 	// expiring when it stops reporting.
 	BucketWorkers = "aiforge_workers"
+	// BucketBatches holds Batch API batches (pkg/batch.Record) by tenant
+	// and id, and the Idempotency-Key of each create.
+	BucketBatches = "aiforge_batches"
+	// BucketBatchQueues holds the batch scheduler's configuration: worker
+	// classes, pools with their quotas, cohorts and tenant queues
+	// (pkg/batch.QueueConfig).
+	BucketBatchQueues = "aiforge_batch_queues"
 )
 
 // WorkerStateTTL is how long a worker replica's state lives in

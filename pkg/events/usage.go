@@ -125,6 +125,31 @@ func (u UsageRecordedV2) Validate() error {
 	return errors.Join(errs...)
 }
 
+// UsageRecordedV3 is UsageRecordedV2 plus the batch a request belongs to:
+// a line of a Batch API batch is priced at its model's batch discount.
+// Workers publish it for batch lines only (real-time requests stay V2).
+// Its JSON is V2's fields, flat, plus "batch" and "batch_id".
+type UsageRecordedV3 struct {
+	UsageRecordedV2
+	Batch   bool   `json:"batch"`
+	BatchID string `json:"batch_id"`
+}
+
+// EventType implements Event.
+func (UsageRecordedV3) EventType() string { return TypeUsageRecordedV3 }
+
+// Subject implements Event.
+func (u UsageRecordedV3) Subject() string { return Subject(TypeUsageRecordedV3, u.Tenant) }
+
+// Validate implements Event.
+func (u UsageRecordedV3) Validate() error {
+	errs := []error{u.UsageRecordedV2.Validate()}
+	if u.Batch != (u.BatchID != "") {
+		errs = append(errs, errors.New("batch and batch_id go together"))
+	}
+	return errors.Join(errs...)
+}
+
 // UsageCorrectedV1 is a compensating event: it adds (possibly negative)
 // deltas to the ledger bucket of an earlier request, which is never edited.
 type UsageCorrectedV1 struct {

@@ -14,12 +14,30 @@ type Price struct {
 	InputPerMTokUSD       float64   `json:"input_per_mtok_usd"`
 	CachedInputPerMTokUSD float64   `json:"cached_input_per_mtok_usd"`
 	OutputPerMTokUSD      float64   `json:"output_per_mtok_usd"`
+	// BatchDiscount is the fraction taken off batch lines (0.5: half
+	// price); nil means DefaultBatchDiscount.
+	BatchDiscount *float64 `json:"batch_discount,omitempty"`
+}
+
+// DefaultBatchDiscount is what batch lines of a model without a
+// BatchDiscount pay less: half.
+const DefaultBatchDiscount = 0.5
+
+// BatchFactor is what a batch line pays of the full price.
+func (p Price) BatchFactor() float64 {
+	if p.BatchDiscount == nil {
+		return 1 - DefaultBatchDiscount
+	}
+	return 1 - *p.BatchDiscount
 }
 
 // Validate checks a price.
 func (p Price) Validate() error {
 	if p.InputPerMTokUSD < 0 || p.CachedInputPerMTokUSD < 0 || p.OutputPerMTokUSD < 0 {
 		return fmt.Errorf("%w: prices must not be negative", ErrInvalid)
+	}
+	if d := p.BatchDiscount; d != nil && !(*d >= 0 && *d <= 1) {
+		return fmt.Errorf("%w: batch_discount must be between 0 and 1", ErrInvalid)
 	}
 	return nil
 }

@@ -154,6 +154,51 @@ type Engine struct {
 	// next choice. Zero: unlimited.
 	RPM int `json:"rpm,omitempty"`
 	TPM int `json:"tpm,omitempty"`
+	// Class is the worker class (the batch scheduler's resource flavour,
+	// as "gpu", "cpu-moe") of the replicas serving this engine; pools give
+	// quota per class. Empty: the default class.
+	Class string `json:"class,omitempty"`
+	// Process, when set, makes the worker supervise the engine as a child
+	// process (start, health, restart on crash with backoff, stop) instead
+	// of forwarding to an engine someone else runs.
+	Process *EngineProcess `json:"process,omitempty"`
+}
+
+// Engine process kinds (EngineProcess.Kind).
+const (
+	ProcessLlamaServer = "llama-server"
+	ProcessOllama      = "ollama"
+	ProcessColi        = "coli"
+)
+
+// EngineProcess is an engine a worker starts and supervises. It holds no
+// secret: the engine key (if any) stays sealed in Engine.APIKeySealed.
+type EngineProcess struct {
+	// Kind is ProcessLlamaServer, ProcessOllama or ProcessColi.
+	Kind string `json:"kind"`
+	// Binary is the executable; empty: Kind looked up on PATH.
+	Binary string `json:"binary,omitempty"`
+	// ModelPath is the weights: a GGUF file for llama-server and coli, a
+	// GGUF file or Modelfile for Ollama (created under Engine.Model).
+	ModelPath string `json:"model_path"`
+	// Port is the loopback port the engine listens on; 0 picks a free one.
+	// Engine.BaseURL is derived from it when empty.
+	Port int `json:"port,omitempty"`
+	// ContextSize and Slots are the engine's context length and parallel
+	// sequences (0: the engine's defaults).
+	ContextSize int `json:"context_size,omitempty"`
+	Slots       int `json:"slots,omitempty"`
+	// MoEPlacement places a mixture-of-experts model's expert tensors:
+	// "auto" (the default: as many layers' experts on the accelerator or
+	// in RAM as free memory allows, the rest streamed from disk through
+	// mmap, computed from the GGUF's expert layout), "cpu" (every expert
+	// on the CPU, --cpu-moe) or a layer count (--n-cpu-moe N). It changes
+	// speed, never the answer: the experts used per token are the model's.
+	MoEPlacement string `json:"moe_placement,omitempty"`
+	// Args are extra engine arguments, appended.
+	Args []string `json:"args,omitempty"`
+	// Env is extra environment for the engine (never secrets).
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // Engine kinds (Engine.Kind).

@@ -54,6 +54,8 @@ type WorkerState struct {
 	// (false when the binding has no key).
 	KeyVerified bool   `json:"key_verified"`
 	State       string `json:"state"`
+	// Class is the engine's worker class (Engine.Class).
+	Class string `json:"class,omitempty"`
 	// MaxConcurrency is the replica's slot count, and MaxConcurrencyFrom
 	// where it came from: "registry", "engine" (what the engine reports,
 	// such as llama-server's total_slots) or "default".

@@ -19,36 +19,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
+	pkgfiles "github.com/aiforge/aiforge/pkg/files"
 	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
-// File is OpenAI's file object.
-type File struct {
-	ID        string  `json:"id"`
-	Object    string  `json:"object"`
-	Bytes     int64   `json:"bytes"`
-	CreatedAt int64   `json:"created_at"`
-	ExpiresAt *int64  `json:"expires_at"`
-	Filename  string  `json:"filename"`
-	Purpose   string  `json:"purpose"`
-	Status    string  `json:"status"`
-	SHA256    string  `json:"sha256,omitempty"`
-	Tenant    string  `json:"-"`
-	ObjectKey string  `json:"-"`
-	Details   *string `json:"status_details"`
-}
+// File is OpenAI's file object (pkg/files, shared with the batch service).
+type File = pkgfiles.File
 
 // Record is what the bucket stores (the tenant and object key included).
-type Record struct {
-	File
-	Tenant    string `json:"tenant"`
-	ObjectKey string `json:"object_key"`
-}
+type Record = pkgfiles.Record
 
-var filePurposes = []string{"assistants", "user_data", "batch"}
+var filePurposes = pkgfiles.UploadPurposes
 
 // Deps are what the Files API needs.
 type Deps struct {
@@ -84,7 +68,7 @@ func (s *Service) tenantAPI(h func(http.ResponseWriter, *http.Request, *registry
 	return httpapi.TenantAPI(s.d.Keys, s.d.Objects != nil, h)
 }
 
-func fileKVKey(tenant, id string) string { return tenant + "." + id }
+func fileKVKey(tenant, id string) string { return pkgfiles.Key(tenant, id) }
 
 func newFileID() string { return httpapi.SortableID("file-") }
 
@@ -149,7 +133,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 				name = "upload"
 			}
 			id := newFileID()
-			key := objstore.TenantPrefix(k.Tenant) + "files/" + id
+			key := pkgfiles.ObjectKey(k.Tenant, id)
 			cr := &countingReader{r: part, limit: limit}
 			info, err := s.d.Objects.Put(r.Context(), key, cr, -1, part.Header.Get("Content-Type"))
 			if err != nil {
