@@ -56,14 +56,17 @@ const (
 	// []events.Reservation) to the worker, which reports them back in the
 	// request's usage event so they are released when it is settled.
 	HdrReservations = "Aiforge-Reservations"
-	HdrStatus       = "Aiforge-Status"
-	HdrCode         = "Aiforge-Code"
-	HdrRetryable    = "Aiforge-Retryable"
-	HdrControl      = "Aiforge-Control"
-	HdrCredit       = "Aiforge-Credit"
-	HdrContentType  = "Content-Type"
-	HdrTraceParent  = "traceparent"
-	HdrTraceState   = "tracestate"
+	// HdrBatchID names the batch of a line sent on FamilyBatch; the worker
+	// reports it in the line's usage (events.UsageRecordedV3).
+	HdrBatchID     = "Aiforge-Batch-Id"
+	HdrStatus      = "Aiforge-Status"
+	HdrCode        = "Aiforge-Code"
+	HdrRetryable   = "Aiforge-Retryable"
+	HdrControl     = "Aiforge-Control"
+	HdrCredit      = "Aiforge-Credit"
+	HdrContentType = "Content-Type"
+	HdrTraceParent = "traceparent"
+	HdrTraceState  = "tracestate"
 )
 
 // Frame kinds.

@@ -38,7 +38,33 @@ type Tenant struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 	Limits
+	// Webhook, when set, receives the tenant's batch events.
+	Webhook *Webhook `json:"webhook,omitempty"`
 }
+
+// Webhook events.
+const (
+	WebhookBatchCompleted = "batch.completed"
+	WebhookBatchFailed    = "batch.failed"
+	WebhookBatchExpired   = "batch.expired"
+	WebhookBatchCancelled = "batch.cancelled"
+)
+
+// Webhook is where a tenant's events are delivered (POST, signed as
+// OpenAI's webhooks are: the Standard Webhooks scheme, webhook-id,
+// webhook-timestamp, webhook-signature "v1,<base64 HMAC-SHA256>").
+type Webhook struct {
+	URL string `json:"url"`
+	// Events are the event types delivered (empty: every one).
+	Events []string `json:"events,omitempty"`
+	// SecretSealed is the signing secret ("whsec_..."), shown once when it
+	// is set and kept only sealed to the platform's secrets key (package
+	// sealed), with WebhookSecretContext: never in clear on the bus.
+	SecretSealed string `json:"secret_sealed"`
+}
+
+// WebhookSecretContext binds a sealed webhook secret to its tenant and URL.
+func WebhookSecretContext(tenant, url string) string { return "webhook\x00" + tenant + "\x00" + url }
 
 // Limits are the spend controls of a key or a tenant. Zero values mean
 // unlimited; RPM and TPM apply to keys only.
