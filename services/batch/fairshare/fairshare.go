@@ -51,13 +51,16 @@ const eps = 1e-9
 //     HalfLife), so it is in lines too and line-seconds count, not line
 //     counts. The next line comes from the queue with the lowest share;
 //     ties go to the oldest demand.
-//   - A queue that is over its share by more than one line of its own and
-//     one of another's while that other queue waits is held: it gets no
-//     new lines while a queue below it can take the slot, and its lines in
-//     flight finish. It stays held until the waiting queue, given one more
-//     line, would be at or above it (Kueue's LessThanOrEqualToFinalShare),
-//     so two queues at equal share never hold each other and a hold does
-//     not flap line by line.
+//   - Preemption without cancelling: a queue Q is held when another queue P
+//     of its pool waits and P's share with one more line is at or below
+//     Q's share with one line less (Kueue's LessThanOrEqualToFinalShare:
+//     P could preempt a line of Q). A held queue gets no new lines while a
+//     queue below it can take the slot; its lines in flight finish. It
+//     stays held until P's share with one more line is no longer below
+//     Q's (Kueue's weaker LessThanInitialShare stops holding): the band
+//     between the two rules is the hysteresis, so two queues at equal
+//     share never hold each other and a hold does not flap as lines start
+//     and end.
 //   - A quota with TokensPerSecond admits while a token bucket refilled at
 //     that rate (burst: one second of it) is positive; each admitted line
 //     reserves the pool's recent tokens per line, and Release settles the
@@ -83,9 +86,14 @@ type Scheduler struct {
 
 	dirty  bool // rt must be rebuilt
 	rt     map[string]*poolRT
+	gen    uint64 // rebuilds
 	epoch  uint64
 	nextID uint64
 	adm    map[uint64]*record
+
+	ref      time.Time // see decay
+	decayAt  time.Time
+	decayNow float64
 }
 
 type qkey struct{ pool, tenant string }
@@ -107,21 +115,26 @@ type queue struct {
 	inflight     int64
 	borrowed     int64
 	completed    int64
-	// hist is the exponential average of inflight at histAt.
-	hist   float64
-	histAt time.Time
+	// The history (the exponential average of inflight) at t is
+	// inflight + dev·decay(t): see Scheduler.decay.
+	dev    float64
 	demand []demand
 	total  int64  // sum of demand
 	since  uint64 // demand order; 0 when no demand
 	held   bool
 	idx    int // index in Scheduler.active, -1 when not there
-	// per-Admit scratch
-	share float64
+	// per-round scratch
+	share  float64
+	prt    *poolRT // s.rt[pool] as of rebuild prtGen
+	prtGen uint64
 }
 
 type demand struct {
 	model string
 	n     int64
+	// mi is the model's index in its pool as of rebuild gen (-1: none).
+	mi  int
+	gen uint64
 }
 
 // bucket is a token-rate quota.
@@ -160,9 +173,13 @@ type poolRT struct {
 	flavors  []*flavorRT
 	// mfs[i][j]: model i on flavor j (nil: no replicas).
 	mfs [][]*modelFlavor
-	// per-Admit cache of the best option of each model
-	optEpoch []uint64
-	opts     []option
+	// per-round cache of the best option of each model, and the two
+	// lowest shares after one more line of its queues (and whose is low1)
+	optEpoch   []uint64
+	opts       []option
+	lowEpoch   uint64
+	low1, low2 float64
+	lowQ       *queue
 }
 
 type flavorRT struct {
@@ -380,26 +397,49 @@ func (s *Scheduler) syncActive(q *queue) {
 	}
 }
 
-// histAt is the queue's decayed historical usage at now: the exponential
-// average of its lines in flight, exact because inflight is constant
-// between the updates.
-func (s *Scheduler) histAt(q *queue, now time.Time) float64 {
-	if q.histAt.IsZero() {
-		return 0
+// decay is e^(-λ(now-ref)). Every queue's history is kept against the one
+// reference time ref, so that a round costs one exponential, not one per
+// queue: a queue whose inflight has been c since t, with history h at t,
+// has at now the history c + (h-c)·e^(-λ(now-t)) = c + dev·decay(now) with
+// dev = (h-c)/decay(t), exact since inflight is constant in between. ref
+// moves forward (rescaling every dev) before the factors get extreme.
+func (s *Scheduler) decay(now time.Time) float64 {
+	if s.ref.IsZero() {
+		s.ref = now
 	}
-	dt := now.Sub(q.histAt).Seconds()
-	if dt <= 0 {
-		return q.hist
+	if now.Equal(s.decayAt) {
+		return s.decayNow
 	}
-	c := float64(q.inflight)
-	return c + (q.hist-c)*math.Exp(-s.lambda*dt)
+	x := -s.lambda * now.Sub(s.ref).Seconds()
+	if math.Abs(x) > 30 {
+		f := math.Exp(x)
+		for _, q := range s.queues {
+			q.dev *= f
+			if math.Abs(q.dev) < 1e-12 {
+				q.dev = 0
+			}
+		}
+		s.ref, x = now, 0
+	}
+	s.decayAt, s.decayNow = now, math.Exp(x)
+	return s.decayNow
 }
 
-// advance brings the history to now before inflight changes.
-func (s *Scheduler) advance(q *queue, now time.Time) {
-	if q.histAt.IsZero() || now.After(q.histAt) {
-		q.hist = s.histAt(q, now)
-		q.histAt = now
+// histAt is the queue's decayed historical usage at now.
+func (s *Scheduler) histAt(q *queue, now time.Time) float64 {
+	if q.dev == 0 {
+		return float64(q.inflight)
+	}
+	return float64(q.inflight) + q.dev*s.decay(now)
+}
+
+// addInflight changes a queue's lines in flight at now, its history
+// continuing from its value at now towards the new inflight.
+func (s *Scheduler) addInflight(q *queue, now time.Time, delta int64) {
+	h := s.histAt(q, now)
+	q.inflight += delta
+	if d := s.decay(now); d > 0 {
+		q.dev = (h - float64(q.inflight)) / d
 	}
 }
 
@@ -410,6 +450,7 @@ func (s *Scheduler) shareAt(q *queue, now time.Time) float64 {
 // rebuild compiles the pools from the configuration and the capacity.
 func (s *Scheduler) rebuild() {
 	s.dirty = false
+	s.gen++
 	s.rt = map[string]*poolRT{}
 	cohorts := map[string]*cohortRT{}
 	add := func(p *poolRT, cohort string) {
@@ -673,7 +714,6 @@ func (s *Scheduler) Admit(now time.Time) (a Admission, ok bool) {
 	if s.dirty {
 		s.rebuild()
 	}
-	s.epoch++
 	s.updateHolds(now)
 
 	var (
@@ -682,19 +722,25 @@ func (s *Scheduler) Admit(now time.Time) (a Admission, ok bool) {
 		bestDm  int
 	)
 	for _, q := range s.active {
-		p := s.rt[q.pool]
+		p := q.prt
 		if p == nil {
 			continue
 		}
 		// The queue's first model that can run, in demand order.
 		var opt option
 		dm := -1
-		for k, d := range q.demand {
-			i, known := p.modelIdx[d.model]
-			if !known || d.n <= 0 {
+		for k := range q.demand {
+			d := &q.demand[k]
+			if d.gen != s.gen {
+				d.mi, d.gen = -1, s.gen
+				if i, known := p.modelIdx[d.model]; known {
+					d.mi = i
+				}
+			}
+			if d.mi < 0 || d.n <= 0 {
 				continue
 			}
-			o := s.option(p, i, now)
+			o := s.option(p, d.mi, now)
 			if o.ok && (dm < 0 || (opt.borrow && !o.borrow)) {
 				opt, dm = o, k
 				if !o.borrow {
@@ -734,42 +780,46 @@ func before(q *queue, qo option, r *queue, ro option) bool {
 	return q.since < r.since
 }
 
-// updateHolds computes the active queues' shares and holds (see Scheduler).
+// updateHolds starts an admission round: it computes the active queues'
+// shares and holds (see Scheduler).
 func (s *Scheduler) updateHolds(now time.Time) {
+	s.epoch++
 	// The two lowest "share after one more line" per pool, so that each
-	// queue can be compared with the lowest other queue in one pass.
-	type low struct {
-		v1, v2 float64
-		q1     *queue
-	}
-	lows := map[string]*low{}
+	// queue is compared with the lowest other queue in one pass.
 	for _, q := range s.active {
+		if q.prtGen != s.gen {
+			q.prt, q.prtGen = s.rt[q.pool], s.gen
+		}
+		p := q.prt
 		q.share = s.shareAt(q, now)
-		after := q.share + 1/q.weight
-		l := lows[q.pool]
-		if l == nil {
-			l = &low{v1: math.Inf(1), v2: math.Inf(1)}
-			lows[q.pool] = l
+		if p == nil {
+			continue
 		}
-		switch {
-		case after < l.v1:
-			l.v2, l.v1, l.q1 = l.v1, after, q
-		case after < l.v2:
-			l.v2 = after
+		if p.lowEpoch != s.epoch {
+			p.lowEpoch, p.low1, p.low2, p.lowQ = s.epoch, math.Inf(1), math.Inf(1), nil
+		}
+		switch after := q.share + 1/q.weight; {
+		case after < p.low1:
+			p.low2, p.low1, p.lowQ = p.low1, after, q
+		case after < p.low2:
+			p.low2 = after
 		}
 	}
 	for _, q := range s.active {
-		l := lows[q.pool]
-		minOther := l.v1
-		if l.q1 == q {
-			minOther = l.v2
+		if q.prt == nil {
+			q.held = false
+			continue
+		}
+		minOther := q.prt.low1
+		if q.prt.lowQ == q {
+			minOther = q.prt.low2
 		}
 		s.hold(q, minOther)
 	}
 }
 
-// hold applies the hysteresis: held from one own line above the lowest
-// other queue's share after one more line, released at or below it.
+// hold applies the hysteresis (see Scheduler): minOther is the lowest share
+// after one more line among the pool's other waiting queues.
 func (s *Scheduler) hold(q *queue, minOther float64) {
 	if math.IsInf(minOther, 1) {
 		q.held = false
@@ -795,8 +845,7 @@ func (s *Scheduler) admit(q *queue, dm int, opt option, now time.Time) Admission
 	a := Admission{Tenant: q.tenant, Model: d.model, Pool: p.name, Flavor: f.name, Borrowed: opt.borrow, id: s.nextID}
 	r := &record{q: q, pool: f.use, mf: mf, b: f.bucket, borrowed: opt.borrow, a: a}
 
-	s.advance(q, now)
-	q.inflight++
+	s.addInflight(q, now, 1)
 	if opt.borrow {
 		q.borrowed++
 	}
@@ -835,8 +884,7 @@ func (s *Scheduler) Release(a Admission, tokens int64, dispatched bool, now time
 	}
 	delete(s.adm, a.id)
 	q := r.q
-	s.advance(q, now)
-	q.inflight--
+	s.addInflight(q, now, -1)
 	if r.borrowed {
 		q.borrowed--
 	}

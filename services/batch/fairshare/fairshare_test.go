@@ -295,6 +295,29 @@ func TestHoldHysteresis(t *testing.T) {
 	if held() {
 		t.Fatal("big is still held one line ahead")
 	}
+
+	// Between the two thresholds a hold stays as it is: against a queue
+	// of weight 2 (0.5 after one line), big is held from 1.5 and released
+	// at 0.5, so at 1 it stays held on the way down.
+	s.SetConfig(nil, nil, []batch.Queue{{Pool: "m", Tenant: "small", Weight: 2}})
+	s.Release(big[2], 0, true, t0)
+	s.SetWaiting("small", "m", 0)
+	s.SetWaiting("big", "m", 0)
+	s.SetWaiting("big", "m", 2)
+	big = admitN(t, s, t0)
+	s.SetWaiting("big", "m", 10)
+	s.SetWaiting("small", "m", 10)
+	if len(big) != 2 || !held() {
+		t.Fatalf("big with %d lines against an idle queue of weight 2: held %v", len(big), held())
+	}
+	s.Release(big[0], 0, true, t0)
+	if !held() {
+		t.Fatal("big released from its hold above the release threshold")
+	}
+	s.Release(big[1], 0, true, t0)
+	if held() {
+		t.Fatal("big still held at the release threshold")
+	}
 }
 
 func TestDecay(t *testing.T) {
@@ -630,5 +653,39 @@ func BenchmarkAdmitRelease100Queues(b *testing.B) {
 			b.Fatal("nothing admitted")
 		}
 		inflight = append(inflight, a)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	s := New(Config{})
+	s.SetCapacity("m", "", 8)
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			defer func() { done <- struct{}{} }()
+			tenant := fmt.Sprintf("t%d", g)
+			now := t0
+			for i := 0; i < 500; i++ {
+				now = now.Add(time.Millisecond)
+				s.SetWaiting(tenant, "m", 10)
+				if a, ok := s.Admit(now); ok {
+					s.Release(a, 1, true, now)
+				}
+				_ = s.Status(now)
+			}
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	var completed int64
+	for _, q := range s.Status(t0).Queues {
+		completed += q.Completed
+		if q.Admitted != 0 {
+			t.Errorf("queue %+v has lines in flight after every release", q)
+		}
+	}
+	if completed == 0 {
+		t.Error("nothing completed")
 	}
 }
