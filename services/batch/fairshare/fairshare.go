@@ -646,7 +646,7 @@ func (p *poolRT) drs(j int) float64 {
 	return d / p.weight
 }
 
-// tokensOK says whether a token quota admits a line now.
+// refill brings a token quota to now (burst: one second of its rate).
 func (b *bucket) refill(now time.Time) {
 	if !b.at.IsZero() {
 		if dt := now.Sub(b.at).Seconds(); dt > 0 {
@@ -658,6 +658,7 @@ func (b *bucket) refill(now time.Time) {
 	}
 }
 
+// admits says whether a token quota admits a line now.
 func (b *bucket) admits() bool {
 	if b.est == 0 && b.pending > 0 {
 		return false // one line at a time until a line's tokens are known
