@@ -51,6 +51,7 @@ func newReporter(s *Service) *reporter {
 			EngineID:      s.cfg.Engine.ID,
 			BaseURL:       engine.RedactURL(s.cfg.Engine.BaseURL),
 			UpstreamModel: s.cfg.Engine.Model,
+			Class:         s.cfg.Engine.Class,
 			State:         registry.WorkerStarting,
 			StartedAt:     now,
 			UpdatedAt:     now,
