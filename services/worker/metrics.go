@@ -9,6 +9,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
+	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
 )
 
 // Histogram buckets after vLLM's (vllm/v1/metrics/loggers.py).
@@ -38,8 +39,11 @@ type Metrics struct {
 	batchRunningDesc *prometheus.Desc
 	batchWaitingDesc *prometheus.Desc
 
+	engineDescs engineDescs
+
 	mu      sync.Mutex
 	servers map[*bridge.Server]string // bridge server -> served model
+	engines map[*engineproc.Supervisor]trackedEngine
 }
 
 // NewMetrics creates the metrics and registers them on reg (never on the
@@ -88,9 +92,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Batch lines holding a concurrency slot (part of aiforge_worker_requests_running).", []string{"model"}, nil),
 		batchWaitingDesc: prometheus.NewDesc("aiforge_worker_batch_requests_waiting",
 			"Batch lines waiting for a concurrency slot, behind every waiting real-time request (part of aiforge_worker_requests_waiting).", []string{"model"}, nil),
-		servers: make(map[*bridge.Server]string),
+		servers:     make(map[*bridge.Server]string),
+		engines:     make(map[*engineproc.Supervisor]trackedEngine),
+		engineDescs: newEngineDescs(),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, gauges{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, gauges{m}, engineCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
