@@ -2,7 +2,8 @@
 // tests of engine supervision. A test binary calls Main from TestMain; run
 // again by a supervisor with FakeEnv set, it serves the engine simulator
 // (pkg/enginesim) as llama-server would (/health, /metrics, the OpenAI
-// API under the --alias or --model-id name, on --port) and never returns.
+// API under the --alias or --model-id name, on --port or OLLAMA_HOST's
+// port) and never returns.
 // It is never offered as an engine.
 package fakeengine
 
@@ -62,6 +63,9 @@ func serve(args []string) int {
 		case "--alias", "--model-id":
 			name = args[i+1]
 		}
+	}
+	if h := os.Getenv("OLLAMA_HOST"); port == "" && h != "" {
+		_, port, _ = net.SplitHostPort(h)
 	}
 	if _, err := strconv.Atoi(port); err != nil {
 		fmt.Fprintln(os.Stderr, "fake engine: no --port")
