@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -290,22 +291,23 @@ func (s *Supervisor) runOnce(ctx context.Context) (time.Duration, error) {
 func (s *Supervisor) start(c Command) (*process, error) {
 	logPath := filepath.Join(s.cfg.Spec.Dir, "engine.log")
 	_ = os.Rename(logPath, logPath+".1")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("engine log: %w", err)
 	}
-	out := &tail{}
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Env = c.Env
 	cmd.Dir = s.cfg.Spec.Dir
-	w := io.MultiWriter(logf, out)
-	cmd.Stdout, cmd.Stderr = w, w
+	// The engine writes its log itself: with no pipe to copy, Wait returns
+	// as soon as it exits, even while what it started (Ollama's runners)
+	// still holds the file.
+	cmd.Stdout, cmd.Stderr = logf, logf
 	prepare(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return nil, fmt.Errorf("engine %s: start %s: %w", c.Kind, c.Path, err)
 	}
-	p := &process{cmd: cmd, exited: make(chan struct{}), out: out, logf: logf}
+	p := &process{cmd: cmd, exited: make(chan struct{}), out: &tail{f: logf}, logf: logf}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -374,8 +376,10 @@ func (s *Supervisor) healthy(ctx context.Context, c Command) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// tail keeps the last bytes an engine wrote, for error messages.
+// tail reads the last bytes an engine wrote (its log file, or what was
+// written to it), for error messages.
 type tail struct {
+	f   *os.File
 	mu  sync.Mutex
 	buf []byte
 }
@@ -395,10 +399,19 @@ func (t *tail) Write(p []byte) (int, error) {
 func (t *tail) suffix() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.buf) == 0 {
-		return ""
+	b := t.buf
+	if t.f != nil {
+		if fi, err := t.f.Stat(); err == nil {
+			off := max(fi.Size()-tailSize, 0)
+			b = make([]byte, fi.Size()-off)
+			n, _ := t.f.ReadAt(b, off)
+			b = b[:n]
+		}
 	}
-	return "; its last output: " + string(t.buf)
+	if s := strings.TrimSpace(string(b)); s != "" {
+		return "; its last output: " + s
+	}
+	return ""
 }
 
 // IsOllama reports whether the engine is Ollama.
