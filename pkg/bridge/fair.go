@@ -5,17 +5,56 @@ import (
 	"sync"
 )
 
+// Priority is a request's slot priority class: a freed slot goes to a
+// waiting request of the highest class before any of a lower one.
+type Priority int
+
+const (
+	// PriorityRealtime is every family but FamilyBatch: tenants' real-time
+	// inference and internal embedding calls.
+	PriorityRealtime Priority = iota
+	// PriorityBatch is FamilyBatch: Batch API lines, which wait behind any
+	// real-time request for a slot, so a real-time request arriving while
+	// every slot runs a batch line waits for one line to finish at most.
+	PriorityBatch
+	numPriorities
+)
+
+// PriorityOf is the slot priority of requests of family f.
+func PriorityOf(f Family) Priority {
+	if f == FamilyBatch {
+		return PriorityBatch
+	}
+	return PriorityRealtime
+}
+
+func (p Priority) String() string {
+	if p == PriorityBatch {
+		return "batch"
+	}
+	return "realtime"
+}
+
 // fairSlots are a server's handler slots. While slots are free a request
 // takes one at once; when all are taken, requests wait, and a freed slot
-// goes to the waiting tenant that holds the fewest slots (ties: the tenant
-// whose oldest waiter came first), first come first served within a
-// tenant. So a tenant that keeps many slots busy (slow-reading streams)
-// cannot make another tenant's request wait behind its own queue.
+// goes to a waiter of the highest priority class with waiters; within a
+// class, to the waiting tenant that holds the fewest slots of that class
+// (ties: the tenant whose oldest waiter came first), first come first
+// served within a tenant. So a tenant that keeps many slots busy
+// (slow-reading streams) cannot make another tenant's request wait behind
+// its own queue, and batch lines never make a real-time request wait
+// behind them, only for a running one to end.
 type fairSlots struct {
 	mu      sync.Mutex
 	max     int
 	running int
 	seq     uint64
+	classes [numPriorities]slotClass
+}
+
+// slotClass is the accounting of one priority class.
+type slotClass struct {
+	running int
 	// held counts the slots each tenant holds; queues are its waiters.
 	held   map[string]int
 	queues map[string][]*slotWaiter
@@ -24,33 +63,50 @@ type fairSlots struct {
 
 type slotWaiter struct {
 	tenant  string
+	prio    Priority
 	seq     uint64
 	granted chan struct{}
 	done    bool // granted or withdrawn
 }
 
 func newFairSlots(max int) *fairSlots {
-	return &fairSlots{max: max, held: make(map[string]int), queues: make(map[string][]*slotWaiter)}
+	f := &fairSlots{max: max}
+	for i := range f.classes {
+		f.classes[i] = slotClass{held: make(map[string]int), queues: make(map[string][]*slotWaiter)}
+	}
+	return f
 }
 
-// tryAcquire takes a slot for tenant when one is free and nobody waits.
-// Otherwise it returns a waiter to pass to wait (full reports whether
-// queuing would exceed maxQueue; then nothing is queued).
-func (f *fairSlots) tryAcquire(tenant string, maxQueue int) (w *slotWaiter, ok, full bool) {
+func (f *fairSlots) queuedLocked() int {
+	n := 0
+	for i := range f.classes {
+		n += f.classes[i].queued
+	}
+	return n
+}
+
+// tryAcquire takes a slot for tenant at priority p when one is free and
+// nobody waits. Otherwise it returns a waiter to pass to wait (full
+// reports whether queuing would exceed maxQueue waiters of priority p;
+// then nothing is queued). Each class has its own bound, so queued batch
+// lines never make a real-time request be refused.
+func (f *fairSlots) tryAcquire(tenant string, p Priority, maxQueue int) (w *slotWaiter, ok, full bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.running < f.max && f.queued == 0 {
+	c := &f.classes[p]
+	if f.running < f.max && f.queuedLocked() == 0 {
 		f.running++
-		f.held[tenant]++
+		c.running++
+		c.held[tenant]++
 		return nil, true, false
 	}
-	if f.queued >= maxQueue {
+	if c.queued >= maxQueue {
 		return nil, false, true
 	}
 	f.seq++
-	w = &slotWaiter{tenant: tenant, seq: f.seq, granted: make(chan struct{})}
-	f.queues[tenant] = append(f.queues[tenant], w)
-	f.queued++
+	w = &slotWaiter{tenant: tenant, prio: p, seq: f.seq, granted: make(chan struct{})}
+	c.queues[tenant] = append(c.queues[tenant], w)
+	c.queued++
 	return w, false, false
 }
 
@@ -65,11 +121,12 @@ func (f *fairSlots) wait(ctx context.Context, w *slotWaiter) bool {
 	f.mu.Lock()
 	if w.done { // granted as ctx ended: hand the slot on
 		f.mu.Unlock()
-		f.release(w.tenant)
+		f.release(w.tenant, w.prio)
 		return false
 	}
 	w.done = true
-	q := f.queues[w.tenant]
+	c := &f.classes[w.prio]
+	q := c.queues[w.tenant]
 	for i, x := range q {
 		if x == w {
 			q = append(q[:i], q[i+1:]...)
@@ -77,48 +134,63 @@ func (f *fairSlots) wait(ctx context.Context, w *slotWaiter) bool {
 		}
 	}
 	if len(q) == 0 {
-		delete(f.queues, w.tenant)
+		delete(c.queues, w.tenant)
 	} else {
-		f.queues[w.tenant] = q
+		c.queues[w.tenant] = q
 	}
-	f.queued--
+	c.queued--
 	f.mu.Unlock()
 	return false
 }
 
-// release frees tenant's slot and grants it to the fairest waiter.
-func (f *fairSlots) release(tenant string) {
+// release frees the slot tenant held at priority p and grants it to the
+// fairest waiter of the highest class with waiters.
+func (f *fairSlots) release(tenant string, p Priority) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.held[tenant]--; f.held[tenant] <= 0 {
-		delete(f.held, tenant)
+	from := &f.classes[p]
+	from.running--
+	if from.held[tenant]--; from.held[tenant] <= 0 {
+		delete(from.held, tenant)
 	}
-	var next string
-	var best *slotWaiter
-	for t, q := range f.queues {
-		w := q[0]
-		if best == nil || f.held[t] < f.held[next] || (f.held[t] == f.held[next] && w.seq < best.seq) {
-			next, best = t, w
+	for i := range f.classes {
+		c := &f.classes[i]
+		var next string
+		var best *slotWaiter
+		for t, q := range c.queues {
+			w := q[0]
+			if best == nil || c.held[t] < c.held[next] || (c.held[t] == c.held[next] && w.seq < best.seq) {
+				next, best = t, w
+			}
 		}
-	}
-	if best == nil {
-		f.running--
+		if best == nil {
+			continue
+		}
+		if q := c.queues[next][1:]; len(q) == 0 {
+			delete(c.queues, next)
+		} else {
+			c.queues[next] = q
+		}
+		c.queued--
+		c.running++
+		c.held[next]++
+		best.done = true
+		close(best.granted)
 		return
 	}
-	if q := f.queues[next][1:]; len(q) == 0 {
-		delete(f.queues, next)
-	} else {
-		f.queues[next] = q
-	}
-	f.queued--
-	f.held[next]++
-	best.done = true
-	close(best.granted)
+	f.running--
 }
 
 // waiting is the number of queued requests.
 func (f *fairSlots) waiting() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.queued
+	return f.queuedLocked()
+}
+
+// counts returns the slots held and the requests queued at priority p.
+func (f *fairSlots) counts(p Priority) (running, queued int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.classes[p].running, f.classes[p].queued
 }

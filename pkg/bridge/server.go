@@ -27,10 +27,12 @@ type ServerConfig struct {
 	// MaxConcurrency bounds requests handled at once; further requests wait
 	// for a slot (the queue depth). Default 64. A freed slot goes to the
 	// waiting tenant (Request.Tenant) that holds the fewest slots, so one
-	// tenant's many slow requests do not starve another's.
+	// tenant's many slow requests do not starve another's; and to a
+	// waiting real-time request before any batch line (PriorityOf).
 	MaxConcurrency int
-	// MaxQueue bounds requests waiting for a slot; beyond it a request is
-	// refused as overloaded so the edge can try another replica. Default 1024.
+	// MaxQueue bounds requests waiting for a slot, per priority class;
+	// beyond it a request is refused as overloaded so the edge can try
+	// another replica. Default 1024.
 	MaxQueue int
 	// HeartbeatInterval is how often an idle request gets a heartbeat frame.
 	// Default 1s; the edge's HeartbeatTimeout must be a few times larger.
@@ -151,6 +153,17 @@ func (s *Server) Waiting() int64 { return int64(s.slots.waiting()) }
 
 // Running is the number of requests being handled.
 func (s *Server) Running() int64 { return s.running.Load() }
+
+// Slots returns the slots held by requests of priority p (PriorityBatch:
+// batch lines; PriorityRealtime: everything else) and the number of them
+// waiting for a slot.
+func (s *Server) Slots(p Priority) (running, waiting int64) {
+	if p < 0 || p >= numPriorities {
+		return 0, 0
+	}
+	r, q := s.slots.counts(p)
+	return int64(r), int64(q)
+}
 
 // Start subscribes and begins taking requests.
 func (s *Server) Start() error {
@@ -338,7 +351,8 @@ func (s *Server) serve(ctx context.Context, req *Request, w *ResponseWriter) {
 		s.mu.Unlock()
 		w.cancel()
 	}()
-	waiter, ok, full := s.slots.tryAcquire(req.Tenant, s.cfg.MaxQueue)
+	prio := PriorityOf(req.Family)
+	waiter, ok, full := s.slots.tryAcquire(req.Tenant, prio, s.cfg.MaxQueue)
 	if full {
 		_ = w.Fail(&Error{Status: http.StatusTooManyRequests, Code: "overloaded", Retryable: true,
 			Message: fmt.Sprintf("worker %s of %s is at capacity", s.cfg.WorkerID, s.cfg.Model)})
@@ -351,7 +365,7 @@ func (s *Server) serve(ctx context.Context, req *Request, w *ResponseWriter) {
 	s.running.Add(1)
 	defer func() {
 		s.running.Add(-1)
-		s.slots.release(req.Tenant)
+		s.slots.release(req.Tenant, prio)
 	}()
 	func() {
 		defer func() {

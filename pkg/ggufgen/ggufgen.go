@@ -40,6 +40,13 @@ type Config struct {
 	Alignment int    // general.alignment; default 32 (written only if not 32)
 	// Words are the word pieces after the byte tokens; default DefaultWords.
 	Words []string
+	// Experts, when above 0, makes every block a mixture of experts as
+	// llama.cpp loads Mixtral under the llama architecture: a router
+	// (ffn_gate_inp) and the experts' stacked ffn_gate/up/down_exps
+	// tensors instead of the dense FFN, with llama.expert_count and
+	// llama.expert_used_count (ExpertsUsed; default 2, at most Experts).
+	Experts     int
+	ExpertsUsed int
 }
 
 // DefaultWords is the default word-piece vocabulary: SentencePiece pieces,
@@ -90,6 +97,10 @@ func (c Config) withDefaults() Config {
 	def(&c.Alignment, 32)
 	if c.Words == nil {
 		c.Words = DefaultWords
+	}
+	if c.Experts > 0 {
+		def(&c.ExpertsUsed, min(2, c.Experts))
+		c.ExpertsUsed = min(c.ExpertsUsed, c.Experts)
 	}
 	return c
 }
@@ -149,6 +160,18 @@ func (c Config) Tensors() []Tensor {
 			Tensor{p + "attn_v.weight", []uint64{e, kv}},
 			Tensor{p + "attn_output.weight", []uint64{e, e}},
 			Tensor{p + "ffn_norm.weight", []uint64{e}},
+		)
+		if c.Experts > 0 {
+			x := uint64(c.Experts)
+			ts = append(ts,
+				Tensor{p + "ffn_gate_inp.weight", []uint64{e, x}},
+				Tensor{p + "ffn_gate_exps.weight", []uint64{e, ff, x}},
+				Tensor{p + "ffn_up_exps.weight", []uint64{e, ff, x}},
+				Tensor{p + "ffn_down_exps.weight", []uint64{ff, e, x}},
+			)
+			continue
+		}
+		ts = append(ts,
 			Tensor{p + "ffn_gate.weight", []uint64{e, ff}},
 			Tensor{p + "ffn_up.weight", []uint64{e, ff}},
 			Tensor{p + "ffn_down.weight", []uint64{ff, e}},
@@ -247,6 +270,10 @@ func Write(out io.Writer, c Config) error {
 	m.kvU32("llama.attention.head_count_kv", uint32(c.HeadsKV))
 	m.kvF32("llama.attention.layer_norm_rms_epsilon", 1e-5)
 	m.kvU32("llama.vocab_size", uint32(len(tokens)))
+	if c.Experts > 0 {
+		m.kvU32("llama.expert_count", uint32(c.Experts))
+		m.kvU32("llama.expert_used_count", uint32(c.ExpertsUsed))
+	}
 
 	m.kvStr("tokenizer.ggml.model", "llama")
 	m.key("tokenizer.ggml.tokens", tArray)

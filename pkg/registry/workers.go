@@ -72,6 +72,41 @@ type WorkerState struct {
 	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
 	StartedAt     time.Time `json:"started_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// Process is the state of the engine process the replica supervises
+	// (Engine.Process); nil when it forwards to an engine run elsewhere.
+	Process *ProcessState `json:"process,omitempty"`
+}
+
+// Supervised engine process states (ProcessState.State).
+const (
+	ProcessStarting  = "starting"
+	ProcessServing   = "serving"
+	ProcessUnhealthy = "unhealthy"
+	ProcessStopped   = "stopped"
+)
+
+// ProcessState is what a worker reports about the engine process it
+// supervises. It holds no secret.
+type ProcessState struct {
+	Kind string `json:"kind"`
+	// State is ProcessStarting (started, not healthy yet), ProcessServing,
+	// ProcessUnhealthy (exited and about to be restarted, or failing its
+	// health probes) or ProcessStopped.
+	State    string `json:"state"`
+	PID      int    `json:"pid,omitempty"`
+	Restarts int    `json:"restarts"`
+	// LastError is why the process last stopped serving or failed to
+	// start, with the tail of its output.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// MoEPlacement is the expert placement decided at the last start:
+	// "none" (dense, or placed by the engine), "auto", "cpu" or "layers";
+	// MoECPULayers the layers whose experts are left on the CPU (mmap'd),
+	// of MoELayers; MoEExpertsUsed the experts per token (the model's).
+	MoEPlacement   string `json:"moe_placement,omitempty"`
+	MoECPULayers   int    `json:"moe_cpu_layers,omitempty"`
+	MoELayers      int    `json:"moe_layers,omitempty"`
+	MoEExpertsUsed int    `json:"moe_experts_used,omitempty"`
 }
 
 // Servable reports whether the replica takes requests.

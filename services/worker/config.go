@@ -17,6 +17,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +30,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
+	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
 )
 
 // Defaults.
@@ -73,6 +77,24 @@ type Config struct {
 	// events.BucketWorkers (registry.WorkerState), besides writing each
 	// change; it must stay well inside events.WorkerStateTTL. Default 5s.
 	StateInterval time.Duration
+	// EngineDir is where supervised engines (Engine.Process) keep their
+	// files: <EngineDir>/<model>[/<engine id>] holds an Ollama's models
+	// and home, and the engine's log (engine.log). Default
+	// os.TempDir()/aiforge-engines.
+	EngineDir string
+	// EngineProcess tunes the supervision of engine processes; zero fields
+	// take engineproc's defaults (restart backoff from 100ms doubling to
+	// 8 x RetryInterval (1s), 10 min to become healthy, 10 s between
+	// SIGTERM and SIGKILL, a probe every 5 s).
+	EngineProcess EngineProcessConfig
+}
+
+// EngineProcessConfig tunes engine process supervision.
+type EngineProcessConfig struct {
+	RetryInterval time.Duration
+	StartTimeout  time.Duration
+	StopGrace     time.Duration
+	ProbeInterval time.Duration
 }
 
 // Validate reports every problem of c at once; it never mutates c.
@@ -81,7 +103,14 @@ func (c Config) Validate() error {
 	if c.Model == "" {
 		errs = append(errs, errors.New("the served model name (Model) is required"))
 	}
-	if err := validateBaseURL(c.Engine.BaseURL); err != nil {
+	if p := c.Engine.Process; p != nil {
+		if err := engineproc.Validate(*p); err != nil {
+			errs = append(errs, fmt.Errorf("Engine.Process: %w", err))
+		}
+		if c.Engine.BaseURL != "" && (p.Port == 0 || strings.TrimRight(c.Engine.BaseURL, "/") != processBaseURL(p.Port)) {
+			errs = append(errs, fmt.Errorf("Engine.BaseURL of a supervised engine is %s, from Engine.Process.Port; leave it empty", processBaseURL(p.Port)))
+		}
+	} else if err := validateBaseURL(c.Engine.BaseURL); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Engine.Model == "" {
@@ -111,6 +140,10 @@ func (c Config) ValidateDefaults() error {
 		{"DrainTimeout", c.DrainTimeout},
 		{"EngineWaitMax", c.EngineWaitMax},
 		{"StateInterval", c.StateInterval},
+		{"EngineProcess.RetryInterval", c.EngineProcess.RetryInterval},
+		{"EngineProcess.StartTimeout", c.EngineProcess.StartTimeout},
+		{"EngineProcess.StopGrace", c.EngineProcess.StopGrace},
+		{"EngineProcess.ProbeInterval", c.EngineProcess.ProbeInterval},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
@@ -166,8 +199,14 @@ func (c Config) withDefaults() Config {
 	if c.StateInterval == 0 {
 		c.StateInterval = DefaultStateInterval
 	}
+	if c.EngineDir == "" {
+		c.EngineDir = filepath.Join(os.TempDir(), "aiforge-engines")
+	}
 	return c
 }
+
+// processBaseURL is the OpenAI base URL of a supervised engine on port.
+func processBaseURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) + "/v1" }
 
 // NewWorkerID returns prefix, a dash and 8 random hex digits: a replica id
 // (the default is NewWorkerID("w")).

@@ -32,6 +32,14 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 			Body: contracts.ErrBadRequest("", "", fmt.Sprintf("The endpoint %q is not served by workers.", req.Endpoint)).Body()})
 		return
 	}
+	if req.Family == bridge.FamilyBatch && req.Header.Get(bridge.HdrBatchID) == "" {
+		// Its usage could not name its batch (events.UsageRecordedV3):
+		// refused before the engine, so nothing is spent or billed.
+		s.metrics.errorCode(contracts.CodeInvalidRequest)
+		_ = w.Fail(&bridge.Error{Status: http.StatusBadRequest, Code: contracts.CodeInvalidRequest,
+			Body: contracts.ErrBadRequest("", "", "A batch line must name its batch ("+bridge.HdrBatchID+").").Body()})
+		return
+	}
 	c := engine.Call{Req: req, Endpoint: ep, Started: req.ReceivedAt}
 	if c.Started.IsZero() {
 		c.Started = time.Now()
@@ -142,12 +150,21 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		s.log.Debug("no usage event for a retryable failure", "request_id", c.Req.ID, "code", c.Code)
 		return
 	}
-	s.publishUsage(events.UsageRecordedV2{UsageRecordedV1: ev, Reservations: c.Req.Reservations}, env)
+	v2 := events.UsageRecordedV2{UsageRecordedV1: ev, Reservations: c.Req.Reservations}
+	if c.Req.Family == bridge.FamilyBatch {
+		// A batch line: the same record, marked with its batch so it is
+		// priced at the model's batch discount; the request id stays the
+		// event id, so a redelivered line is billed once.
+		s.publishUsage(events.UsageRecordedV3{UsageRecordedV2: v2, Batch: true, BatchID: c.Req.Header.Get(bridge.HdrBatchID)}, ev, env)
+		return
+	}
+	s.publishUsage(v2, ev, env)
 }
 
-// publishUsage publishes a usage event, retrying JetStream errors with
-// backoff. It uses its own context so canceled requests are recorded too.
-func (s *Service) publishUsage(ev events.UsageRecordedV2, env events.Envelope) {
+// publishUsage publishes a usage event (events.UsageRecordedV2, or V3 for
+// a batch line), retrying JetStream errors with backoff. It uses its own
+// context so canceled requests are recorded too.
+func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env events.Envelope) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	backoff := 50 * time.Millisecond
@@ -157,8 +174,8 @@ func (s *Service) publishUsage(ev events.UsageRecordedV2, env events.Envelope) {
 			return
 		}
 		if errors.Is(err, events.ErrInvalid) || attempt == 5 || ctx.Err() != nil {
-			s.log.Error("could not record usage", "request_id", ev.RequestID, "tenant", ev.Tenant,
-				"status", ev.Status, "attempts", attempt, "err", err)
+			s.log.Error("could not record usage", "request_id", u.RequestID, "tenant", u.Tenant,
+				"status", u.Status, "attempts", attempt, "err", err)
 			return
 		}
 		t := time.NewTimer(backoff)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
+	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
 )
 
 // Histogram buckets after vLLM's (vllm/v1/metrics/loggers.py).
@@ -33,11 +34,16 @@ type Metrics struct {
 	prompt     *prometheus.CounterVec
 	generation *prometheus.CounterVec
 
-	runningDesc *prometheus.Desc
-	waitingDesc *prometheus.Desc
+	runningDesc      *prometheus.Desc
+	waitingDesc      *prometheus.Desc
+	batchRunningDesc *prometheus.Desc
+	batchWaitingDesc *prometheus.Desc
+
+	engineDescs engineDescs
 
 	mu      sync.Mutex
 	servers map[*bridge.Server]string // bridge server -> served model
+	engines map[*engineproc.Supervisor]trackedEngine
 }
 
 // NewMetrics creates the metrics and registers them on reg (never on the
@@ -82,9 +88,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Requests being handled by an engine.", []string{"model"}, nil),
 		waitingDesc: prometheus.NewDesc("aiforge_worker_requests_waiting",
 			"Requests waiting for a concurrency slot (the queue depth).", []string{"model"}, nil),
-		servers: make(map[*bridge.Server]string),
+		batchRunningDesc: prometheus.NewDesc("aiforge_worker_batch_requests_running",
+			"Batch lines holding a concurrency slot (part of aiforge_worker_requests_running).", []string{"model"}, nil),
+		batchWaitingDesc: prometheus.NewDesc("aiforge_worker_batch_requests_waiting",
+			"Batch lines waiting for a concurrency slot, behind every waiting real-time request (part of aiforge_worker_requests_waiting).", []string{"model"}, nil),
+		servers:     make(map[*bridge.Server]string),
+		engines:     make(map[*engineproc.Supervisor]trackedEngine),
+		engineDescs: newEngineDescs(),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, gauges{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, gauges{m}, engineCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
@@ -113,22 +125,29 @@ type gauges struct{ m *Metrics }
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.m.runningDesc
 	ch <- g.m.waitingDesc
+	ch <- g.m.batchRunningDesc
+	ch <- g.m.batchWaitingDesc
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	type rw struct{ running, waiting int64 }
+	type rw struct{ running, waiting, batchRunning, batchWaiting int64 }
 	per := map[string]rw{}
 	g.m.mu.Lock()
 	for s, model := range g.m.servers {
 		v := per[model]
 		v.running += s.Running()
 		v.waiting += s.Waiting()
+		br, bw := s.Slots(bridge.PriorityBatch)
+		v.batchRunning += br
+		v.batchWaiting += bw
 		per[model] = v
 	}
 	g.m.mu.Unlock()
 	for model, v := range per {
 		ch <- prometheus.MustNewConstMetric(g.m.runningDesc, prometheus.GaugeValue, float64(v.running), model)
 		ch <- prometheus.MustNewConstMetric(g.m.waitingDesc, prometheus.GaugeValue, float64(v.waiting), model)
+		ch <- prometheus.MustNewConstMetric(g.m.batchRunningDesc, prometheus.GaugeValue, float64(v.batchRunning), model)
+		ch <- prometheus.MustNewConstMetric(g.m.batchWaitingDesc, prometheus.GaugeValue, float64(v.batchWaiting), model)
 	}
 }
 

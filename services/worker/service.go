@@ -14,6 +14,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engine"
+	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
 )
 
 // Service is one worker: one served model bound to one engine.
@@ -30,8 +31,11 @@ type Service struct {
 	// limits holds the engine's own rate limits (nil: none).
 	limits *engineLimiter
 	// recheck asks the health loop for a full check (the key included)
-	// now: a request found the engine refusing its key.
+	// now: a request found the engine refusing its key, or the supervised
+	// engine process changed state.
 	recheck chan struct{}
+	// proc supervises the engine process (Engine.Process); nil otherwise.
+	proc *engineproc.Supervisor
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -61,6 +65,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		hooks:   deps.Hooks,
 		limits:  newEngineLimiter(cfg.Engine.RPM, cfg.Engine.TPM, time.Now),
 		recheck: make(chan struct{}, 1),
+	}
+	if cfg.Engine.Process != nil {
+		if err := s.setupProcess(); err != nil {
+			return nil, err
+		}
+		cfg = s.cfg
 	}
 	s.engine = engine.New(engine.Config{
 		Served:         cfg.Model,
@@ -124,6 +134,19 @@ func (s *Service) Run(ctx context.Context) error {
 		<-stateDone
 		s.state.remove(context.Background())
 	}()
+	if s.proc != nil {
+		// The engine outlives ctx too: it serves the requests in flight
+		// until the drain ends, then it is stopped.
+		pctx, stopProc := context.WithCancel(context.Background())
+		procDone := make(chan struct{})
+		go func() { defer close(procDone); _ = s.proc.Run(pctx) }()
+		s.deps.Metrics.trackEngine(s.cfg.Model, s.cfg.Engine.ID, s.proc)
+		defer func() {
+			stopProc()
+			<-procDone
+			s.deps.Metrics.untrackEngine(s.proc)
+		}()
+	}
 
 	rep, err := s.awaitEngine(ctx)
 	if err != nil {
@@ -203,6 +226,9 @@ func (s *Service) awaitEngine(ctx context.Context) (engine.Report, error) {
 			return rep, nil
 		}
 		state := stateOf(err, false)
+		if state == registry.WorkerUnreachable && s.proc != nil && s.proc.State().Phase != engineproc.PhaseServing {
+			state = registry.WorkerStarting // its engine process is starting
+		}
 		s.state.failed(state, rep, err)
 		level := slog.LevelDebug // said once per state; do not flood the log
 		if state != last {
@@ -210,7 +236,7 @@ func (s *Service) awaitEngine(ctx context.Context) (engine.Report, error) {
 			last = state
 		}
 		msg := "engine not reachable yet; retrying"
-		if state != registry.WorkerUnreachable {
+		if state != registry.WorkerUnreachable && state != registry.WorkerStarting {
 			msg = "engine check failed; not serving, checking again"
 		}
 		s.log.Log(ctx, level, msg, "state", state, "err", err, "retry_in", backoff)
@@ -223,6 +249,8 @@ func (s *Service) awaitEngine(ctx context.Context) (engine.Report, error) {
 			t.Stop()
 			return engine.Report{}, ctx.Err()
 		case <-t.C:
+		case <-s.recheck: // the engine process is serving: check now
+			t.Stop()
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}

@@ -43,7 +43,7 @@ type reporter struct {
 
 func newReporter(s *Service) *reporter {
 	now := time.Now().UTC()
-	return &reporter{
+	r := &reporter{
 		s: s, log: s.log, kick: make(chan struct{}, 1),
 		st: registry.WorkerState{
 			WorkerID:      s.cfg.WorkerID,
@@ -51,11 +51,16 @@ func newReporter(s *Service) *reporter {
 			EngineID:      s.cfg.Engine.ID,
 			BaseURL:       engine.RedactURL(s.cfg.Engine.BaseURL),
 			UpstreamModel: s.cfg.Engine.Model,
+			Class:         s.cfg.Engine.Class,
 			State:         registry.WorkerStarting,
 			StartedAt:     now,
 			UpdatedAt:     now,
 		},
 	}
+	if s.proc != nil {
+		r.st.Process = processState(s.proc.Kind(), s.proc.State())
+	}
+	return r
 }
 
 // State returns the replica's state as last recorded (InFlight and Queued
@@ -64,6 +69,10 @@ func (r *reporter) State() registry.WorkerState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.st
+	if st.Process != nil {
+		p := *st.Process
+		st.Process = &p
+	}
 	if r.server != nil {
 		st.InFlight, st.Queued = int(r.server.Running()), int(r.server.Waiting())
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -273,7 +274,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Mode
 	}
 	s.byKey[key] = m.Name
 	if w, ok := s.workers[m.Name]; ok {
-		if openErr == nil && slices.Equal(w.binding.AllEngines(), m.AllEngines()) {
+		if openErr == nil && sameEngines(w.binding.AllEngines(), m.AllEngines()) {
 			return // same binding: nothing to do
 		}
 		s.log.Info("model binding changed; restarting its worker", "model", m.Name)
@@ -311,6 +312,11 @@ func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Mode
 	go func() { loops.Wait(); close(w.done) }()
 	s.basesChangedLocked()
 }
+
+// sameEngines compares engine bindings by value, the supervised process
+// (a pointer) included: a binding stored again unchanged restarts neither
+// the worker nor its engine process.
+func sameEngines(a, b []registry.Engine) bool { return reflect.DeepEqual(a, b) }
 
 // remove stops the worker of a deleted model.
 func (s *Supervisor) remove(key string) {

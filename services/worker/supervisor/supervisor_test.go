@@ -64,9 +64,9 @@ func TestSupervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "the model to be served", func() bool { _, err := served("chat"); return err == nil })
-	if st := sup.Status()["chat"]; st != StatusServing {
-		t.Fatalf("status %q", st)
-	}
+	// The worker takes requests as soon as it subscribes; its status
+	// follows from the hook called just after.
+	eventually(t, 2*time.Second, "the status serving", func() bool { return sup.Status()["chat"] == StatusServing })
 	tenant, _ := served("chat")
 	if ev, _ := h.usageEvent(tenant); ev.Reporter != "aiforge-up" || ev.Model != "chat" {
 		t.Fatalf("event %+v", ev)

@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package engineproc
+
+import "syscall"
+
+func setPdeathsig(*syscall.SysProcAttr) {}
