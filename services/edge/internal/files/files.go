@@ -45,6 +45,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// MaxFileBytes bounds one uploaded file.
 	MaxFileBytes int64
+	// MaxBatchFileBytes bounds a batch input file (purpose batch); default
+	// batch.MaxFileBytes, OpenAI's 200 MB.
+	MaxBatchFileBytes int64
 }
 
 // Service is the Files API.
@@ -54,7 +57,12 @@ type Service struct {
 }
 
 // New builds the Files API.
-func New(d Deps) *Service { return &Service{d: d, log: d.Logger} }
+func New(d Deps) *Service {
+	if d.MaxBatchFileBytes <= 0 {
+		d.MaxBatchFileBytes = batch.MaxFileBytes
+	}
+	return &Service{d: d, log: d.Logger}
+}
 
 // Routes mounts the Files API.
 func (s *Service) Routes(mux *http.ServeMux) {
@@ -126,9 +134,9 @@ func (l *lineCounter) total() int64 {
 }
 
 // batchFileTooLarge answers a batch input file over OpenAI's bound.
-func batchFileTooLarge() *contracts.Error {
+func batchFileTooLarge(limit int64) *contracts.Error {
 	return &contracts.Error{Status: http.StatusRequestEntityTooLarge, Type: contracts.TypeInvalidRequest, Param: "file", Code: contracts.CodeBodyTooLarge,
-		Message: fmt.Sprintf("A batch input file (purpose 'batch') may hold at most %d bytes (200 MB).", batch.MaxFileBytes)}
+		Message: fmt.Sprintf("A batch input file (purpose 'batch') may hold at most %d bytes.", limit)}
 }
 
 func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -180,7 +188,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 			// streams; one sent after it is checked once it is stored.
 			fileLimit := limit
 			if purpose == pkgfiles.PurposeBatch {
-				fileLimit = min(limit, batch.MaxFileBytes)
+				fileLimit = min(limit, s.d.MaxBatchFileBytes)
 			}
 			cr := &countingReader{r: part, limit: fileLimit}
 			info, err := s.d.Objects.Put(r.Context(), key, cr, -1, part.Header.Get("Content-Type"))
@@ -188,7 +196,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 				var mbe *http.MaxBytesError
 				if errors.Is(err, errFileTooLarge) || errors.As(err, &mbe) {
 					if fileLimit < limit && !errors.As(err, &mbe) {
-						contracts.Write(w, batchFileTooLarge())
+						contracts.Write(w, batchFileTooLarge(s.d.MaxBatchFileBytes))
 						return
 					}
 					contracts.Write(w, contracts.ErrBodyTooLarge(limit))
@@ -218,9 +226,9 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 		return
 	}
 	if purpose == pkgfiles.PurposeBatch {
-		if rec.Bytes > batch.MaxFileBytes {
+		if rec.Bytes > s.d.MaxBatchFileBytes {
 			_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
-			contracts.Write(w, batchFileTooLarge())
+			contracts.Write(w, batchFileTooLarge(s.d.MaxBatchFileBytes))
 			return
 		}
 		rec.Lines = lines
