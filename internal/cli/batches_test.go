@@ -146,7 +146,9 @@ func TestBatchClientLifecycle(t *testing.T) {
 	// Each poll moves the batch one step: in progress, half done,
 	// finalizing, completed with its files.
 	steps := []func(*batch.Record){
-		func(r *batch.Record) { r.Status, r.InProgressAt, r.RequestCounts = batch.StatusInProgress, ptr(time.Now().Unix()), batch.RequestCounts{Total: 2} },
+		func(r *batch.Record) {
+			r.Status, r.InProgressAt, r.RequestCounts = batch.StatusInProgress, ptr(time.Now().Unix()), batch.RequestCounts{Total: 2}
+		},
 		func(r *batch.Record) { r.RequestCounts.Completed = 1 },
 		func(r *batch.Record) { r.Status, r.RequestCounts.Failed = batch.StatusFinalizing, 1 },
 		func(r *batch.Record) {
