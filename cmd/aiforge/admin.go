@@ -111,7 +111,7 @@ func tenantsCmd() *cobra.Command {
 		},
 	}
 	tf.add(update, false)
-	c.AddCommand(create, list, update)
+	c.AddCommand(create, list, update, tenantWebhookCmd())
 	return c
 }
 
@@ -406,6 +406,7 @@ func modelsCmd() *cobra.Command {
 	var extraEngines, fallbacks []string
 	var ttftTimeout, requestTimeout, wait time.Duration
 	var pf priceFlags
+	var ef engineProcessFlags
 	register := &cobra.Command{
 		Use:   "register NAME",
 		Short: "Bind a model name to an OpenAI-compatible engine",
@@ -423,7 +424,22 @@ func modelsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			engine := map[string]any{"base_url": baseURL, "model": upstream}
+			if baseURL == "" && (!ef.supervised() || ef.port == 0) {
+				return fmt.Errorf("--base-url is required (or --process-kind with --process-port, for an engine the worker supervises)")
+			}
+			if upstream == "" {
+				if !ef.supervised() {
+					return fmt.Errorf("--upstream is required")
+				}
+				upstream = args[0]
+			}
+			engine := map[string]any{"model": upstream}
+			if baseURL != "" {
+				engine["base_url"] = baseURL
+			}
+			if err := ef.apply(engine); err != nil {
+				return err
+			}
 			if keyEnv != "" {
 				v := os.Getenv(keyEnv)
 				if v == "" {
@@ -489,8 +505,8 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	register.Flags().DurationVar(&wait, "wait", 0, "wait this long for a worker to serve the model; fail with its engine's error (0 = do not wait)")
-	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required)")
-	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required)")
+	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required unless --process-kind and --process-port)")
+	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required; for a supervised engine default NAME)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
 	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default: what the engine reports, llama-server's /props total_slots, else 64; for vLLM set its --max-num-seqs)")
 	register.Flags().DurationVar(&ttftTimeout, "ttft-timeout", 0, "longest wait for a stream's first token, then 504 engine_timeout (default none)")
@@ -505,8 +521,7 @@ func modelsCmd() *cobra.Command {
 	register.Flags().IntVar(&contextWindow, "context-window", 0, "the model's context length in tokens: longer requests go to the next fallback (default: what the engines report)")
 	register.Flags().StringVar(&routing, "routing", "", `how the edge picks among the model's engines: "least_outstanding" (default) or "latency"`)
 	pf.add(register, "price-")
-	_ = register.MarkFlagRequired("base-url")
-	_ = register.MarkFlagRequired("upstream")
+	ef.add(register)
 
 	list := &cobra.Command{
 		Use: "list", Short: "List model bindings", Args: cobra.NoArgs,
@@ -566,6 +581,7 @@ func modelsCmd() *cobra.Command {
 type priceFlags struct {
 	prefix                string
 	input, cached, output float64
+	batchDiscount         float64
 }
 
 func (p *priceFlags) add(c *cobra.Command, prefix string) {
@@ -573,6 +589,7 @@ func (p *priceFlags) add(c *cobra.Command, prefix string) {
 	c.Flags().Float64Var(&p.input, prefix+"input", 0, "USD per million input tokens")
 	c.Flags().Float64Var(&p.cached, prefix+"cached-input", 0, "USD per million cached input tokens (default: the input price)")
 	c.Flags().Float64Var(&p.output, prefix+"output", 0, "USD per million output tokens")
+	c.Flags().Float64Var(&p.batchDiscount, prefix+"batch-discount", 0, "fraction batch lines pay less, 0 to 1 (default 0.5: half price)")
 }
 
 func (p *priceFlags) changed(c *cobra.Command) map[string]any {
@@ -585,6 +602,9 @@ func (p *priceFlags) changed(c *cobra.Command) map[string]any {
 	}
 	if c.Flags().Changed(p.prefix + "output") {
 		out["output_per_mtok_usd"] = p.output
+	}
+	if c.Flags().Changed(p.prefix + "batch-discount") {
+		out["batch_discount"] = p.batchDiscount
 	}
 	return out
 }

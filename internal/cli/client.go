@@ -41,6 +41,11 @@ func (e *APIError) Error() string {
 
 // Do sends a JSON request and decodes a JSON answer into out (if not nil).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	return c.DoHeader(ctx, method, path, nil, in, out)
+}
+
+// DoHeader is Do with extra request headers.
+func (c *Client) DoHeader(ctx context.Context, method, path string, hdr http.Header, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -55,6 +60,11 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)

@@ -69,6 +69,25 @@ const (
 	// API key aiforge holds for it: a platform misconfiguration, never the
 	// client's key.
 	CodeUpstreamAuth = "upstream_auth_failed"
+	// CodeInvalidValue (400): a parameter is not one of the values it may
+	// take (OpenAI's code for an enum mismatch).
+	CodeInvalidValue = "invalid_value"
+	// CodeStringTooLong and CodeTooManyProperties (400): a string or an
+	// object (metadata) over its bound, OpenAI's codes.
+	CodeStringTooLong     = "string_above_max_length"
+	CodeTooManyProperties = "object_above_max_properties"
+	// CodeInvalidFilePurpose (400): a file given to an API that needs
+	// another purpose (a batch's input file must have purpose batch).
+	CodeInvalidFilePurpose = "invalid_file_purpose"
+	// CodeBatchEnqueuedLimit (429): a batch would take its tenant past
+	// its limit of enqueued (unfinished) batch lines or tokens; refused
+	// before anything is written. Retrying at once does not help.
+	CodeBatchEnqueuedLimit = "batch_enqueued_limit_exceeded"
+	// CodeIdempotencyKeyReused (409): an Idempotency-Key already used for
+	// a request with another body.
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeBatchNotCancellable (409): a batch that is finalizing or final.
+	CodeBatchNotCancellable = "batch_not_cancellable"
 )
 
 // Error is an API error in OpenAI's shape with its HTTP status.

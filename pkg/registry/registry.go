@@ -756,6 +756,17 @@ func (s *Store) UpdateTenantLimits(ctx context.Context, id string, fn func(*Limi
 	})
 }
 
+// SetTenantWebhook sets (nil: removes) a tenant's webhook.
+func (s *Store) SetTenantWebhook(ctx context.Context, id string, w *Webhook) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, ErrNotFound
+	}
+	return modify(ctx, s.tenants, "t."+id, func(t *Tenant) error {
+		t.Webhook = w
+		return nil
+	})
+}
+
 // SealLegacyEngineKeys seals, with pub, every engine key stored in clear by
 // a binding written before keys were sealed, and purges the binding's
 // earlier revisions from the bucket's history so the clear key is gone from

@@ -2,7 +2,7 @@
 // face of the mesh. It owns the listener, readiness and shutdown, opens the
 // buckets and the bus client, and mounts the APIs of its domains, each a
 // package of its own under internal/: inference (the one generation path),
-// responses, files, vectorstores, models, admin and reports. They share
+// responses, files, batches, vectorstores, models, admin and reports. They share
 // the read-only directory of tenants, keys, models and prices
 // (pkg/directory).
 package edge
@@ -34,6 +34,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
+	"github.com/aiforge/aiforge/services/edge/internal/batches"
 	"github.com/aiforge/aiforge/services/edge/internal/files"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
@@ -107,7 +108,25 @@ type Config struct {
 	// connection beyond it is answered 503 overloaded and closed. Default
 	// 10000.
 	MaxConnections int
+	// BatchWindow is how long a batch has before its unfinished lines
+	// expire (its expires_at); it must be the batch service's window.
+	// Default 24h.
+	BatchWindow time.Duration
+	// BatchMaxEnqueuedLines and BatchMaxEnqueuedTokens bound a tenant's
+	// unfinished batch lines and estimated tokens (input bytes/4) where
+	// none of its batch queues sets a bound; a create past them is
+	// refused with 429 batch_enqueued_limit_exceeded. Defaults 1,000,000
+	// lines and no token bound; a negative value means no bound.
+	BatchMaxEnqueuedLines  int64
+	BatchMaxEnqueuedTokens int64
 }
+
+// DefaultBatchWindow is the batch window unless configured.
+const DefaultBatchWindow = 24 * time.Hour
+
+// DefaultBatchMaxEnqueuedLines is a tenant's bound on unfinished batch
+// lines unless configured.
+const DefaultBatchMaxEnqueuedLines = 1_000_000
 
 // Validate reports every problem with c; it never mutates c.
 func (c Config) Validate() error {
@@ -116,7 +135,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
 	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.Cooldown < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
-		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 {
+		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 || c.BatchWindow < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -214,6 +233,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 10000
 	}
+	if cfg.BatchWindow == 0 {
+		cfg.BatchWindow = DefaultBatchWindow
+	}
+	switch {
+	case cfg.BatchMaxEnqueuedLines == 0:
+		cfg.BatchMaxEnqueuedLines = DefaultBatchMaxEnqueuedLines
+	case cfg.BatchMaxEnqueuedLines < 0:
+		cfg.BatchMaxEnqueuedLines = 0
+	}
+	cfg.BatchMaxEnqueuedTokens = max(cfg.BatchMaxEnqueuedTokens, 0)
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
 	}
@@ -321,7 +350,8 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		return nil, err
 	}
 	kvs := map[string]jetstream.KeyValue{}
-	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles} {
+	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles,
+		events.BucketBatches, events.BucketBatchQueues} {
 		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b, err)
 		}
@@ -357,12 +387,18 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	d.inference.Routes(d.mux)
 	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors}).Routes(d.mux)
 	fileAPI.Routes(d.mux)
+	batches.New(batches.Deps{
+		Batches: kvs[events.BucketBatches], Queues: kvs[events.BucketBatchQueues], Files: fileAPI, Keys: d.dir,
+		Storage: s.deps.Objects != nil, Logger: s.log, Window: s.cfg.BatchWindow,
+		MaxEnqueuedLines: s.cfg.BatchMaxEnqueuedLines, MaxEnqueuedTokens: s.cfg.BatchMaxEnqueuedTokens,
+	}).Routes(d.mux)
 	d.vectors.Routes(d.mux)
 	models.New(models.Deps{
 		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
 	}).Routes(d.mux)
-	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey, Budgets: kvs[events.BucketBudgets]}).Routes(d.mux)
+	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey, Budgets: kvs[events.BucketBudgets],
+		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC}).Routes(d.mux)
 	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
 	return d, nil

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
@@ -35,6 +36,13 @@ type Deps struct {
 	Budgets jetstream.KeyValue
 	// Now is the clock of the budget views; default time.Now.
 	Now func() time.Time
+	// BatchQueues is the batch scheduler's configuration
+	// (events.BucketBatchQueues); nil: its API answers 503.
+	BatchQueues jetstream.KeyValue
+	// NC asks the batch service for the scheduler's state
+	// (events.BatchQuery), waiting up to BatchQueryTimeout (default 5s).
+	NC                *nats.Conn
+	BatchQueryTimeout time.Duration
 }
 
 // Service is the registry admin API.
@@ -48,6 +56,9 @@ type Service struct {
 func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.BatchQueryTimeout <= 0 {
+		d.BatchQueryTimeout = 5 * time.Second
 	}
 	return &Service{d: d, store: d.Store, log: d.Logger}
 }
@@ -105,14 +116,16 @@ func (s *Service) keyBudget(r *http.Request, k registry.Key) *budgetView {
 	return s.budget(r, k.Limits, func(pid string) string { return spend.KeyEntry(k.ID, pid) })
 }
 
-// tenantView is a tenant with its spend.
+// tenantView is a tenant with its spend; its webhook is shown without the
+// secret.
 type tenantView struct {
 	registry.Tenant
-	Budget *budgetView `json:"budget,omitempty"`
+	Webhook *webhookView `json:"webhook,omitempty"`
+	Budget  *budgetView  `json:"budget,omitempty"`
 }
 
 func (s *Service) viewTenant(r *http.Request, t registry.Tenant) tenantView {
-	return tenantView{Tenant: t, Budget: s.budget(r, t.Limits, func(pid string) string { return spend.TenantEntry(t.ID, pid) })}
+	return tenantView{Tenant: t, Webhook: viewWebhook(t.ID, t.Webhook), Budget: s.budget(r, t.Limits, func(pid string) string { return spend.TenantEntry(t.ID, pid) })}
 }
 
 // Routes mounts the admin API; it answers in OpenAI's error shape like the
@@ -133,6 +146,8 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/models", s.admin(s.listAdminModels))
 	mux.HandleFunc("GET /admin/v1/models/{name...}", s.admin(s.getAdminModel))
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
+	s.batchRoutes(mux)
+	s.webhookRoutes(mux)
 }
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Admin(s.d.AdminKey, h) }
@@ -272,7 +287,7 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.d.Directory.NoteTenant(t)
-	httpapi.WriteJSON(w, http.StatusOK, t)
+	httpapi.WriteJSON(w, http.StatusOK, s.viewTenant(r, t))
 }
 
 // priceIn is a price as the admin API takes it.
@@ -282,10 +297,13 @@ type priceIn struct {
 	CachedInputPerMTokUSD *float64   `json:"cached_input_per_mtok_usd"`
 	OutputPerMTokUSD      float64    `json:"output_per_mtok_usd"`
 	EffectiveFrom         *time.Time `json:"effective_from"`
+	// BatchDiscount is the fraction batch lines pay less (0 to 1);
+	// absent: registry.DefaultBatchDiscount.
+	BatchDiscount *float64 `json:"batch_discount"`
 }
 
 func (p priceIn) price() registry.Price {
-	out := registry.Price{InputPerMTokUSD: p.InputPerMTokUSD, OutputPerMTokUSD: p.OutputPerMTokUSD, CachedInputPerMTokUSD: p.InputPerMTokUSD}
+	out := registry.Price{InputPerMTokUSD: p.InputPerMTokUSD, OutputPerMTokUSD: p.OutputPerMTokUSD, CachedInputPerMTokUSD: p.InputPerMTokUSD, BatchDiscount: p.BatchDiscount}
 	if p.CachedInputPerMTokUSD != nil {
 		out.CachedInputPerMTokUSD = *p.CachedInputPerMTokUSD
 	}
@@ -439,6 +457,10 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	}
 	m := registry.Model{Name: req.Name, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
 		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy}
+	if e := prepareEngines(&m); e != nil {
+		contracts.Write(w, e)
+		return
+	}
 	if err := registry.ValidateModel(m); err != nil {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 		return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aiforge/aiforge/pkg/batch"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	pkgfiles "github.com/aiforge/aiforge/pkg/files"
 	"github.com/aiforge/aiforge/pkg/kv"
@@ -44,6 +45,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// MaxFileBytes bounds one uploaded file.
 	MaxFileBytes int64
+	// MaxBatchFileBytes bounds a batch input file (purpose batch); default
+	// batch.MaxFileBytes, OpenAI's 200 MB.
+	MaxBatchFileBytes int64
 }
 
 // Service is the Files API.
@@ -53,7 +57,12 @@ type Service struct {
 }
 
 // New builds the Files API.
-func New(d Deps) *Service { return &Service{d: d, log: d.Logger} }
+func New(d Deps) *Service {
+	if d.MaxBatchFileBytes <= 0 {
+		d.MaxBatchFileBytes = batch.MaxFileBytes
+	}
+	return &Service{d: d, log: d.Logger}
+}
 
 // Routes mounts the Files API.
 func (s *Service) Routes(mux *http.ServeMux) {
@@ -77,6 +86,7 @@ type countingReader struct {
 	r     io.Reader
 	n     int64
 	limit int64
+	lines lineCounter
 }
 
 var errFileTooLarge = errors.New("file too large")
@@ -84,10 +94,49 @@ var errFileTooLarge = errors.New("file too large")
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	c.lines.count(p[:n])
 	if c.n > c.limit {
 		return n, errFileTooLarge
 	}
 	return n, err
+}
+
+// lineCounter counts the lines of a JSONL stream that hold more than
+// whitespace, the last one counted whether or not a newline ends it: the
+// requests of a batch input file, known once it is stored, so a batch can
+// be refused up front when its tenant's enqueued limit would be passed.
+type lineCounter struct {
+	lines   int64
+	content bool // the current line has a byte other than whitespace
+}
+
+func (l *lineCounter) count(p []byte) {
+	for _, b := range p {
+		switch b {
+		case '\n':
+			if l.content {
+				l.lines++
+			}
+			l.content = false
+		case ' ', '\t', '\r':
+		default:
+			l.content = true
+		}
+	}
+}
+
+// total is the count with a last line that no newline ends.
+func (l *lineCounter) total() int64 {
+	if l.content {
+		return l.lines + 1
+	}
+	return l.lines
+}
+
+// batchFileTooLarge answers a batch input file over OpenAI's bound.
+func batchFileTooLarge(limit int64) *contracts.Error {
+	return &contracts.Error{Status: http.StatusRequestEntityTooLarge, Type: contracts.TypeInvalidRequest, Param: "file", Code: contracts.CodeBodyTooLarge,
+		Message: fmt.Sprintf("A batch input file (purpose 'batch') may hold at most %d bytes.", limit)}
 }
 
 func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
@@ -105,6 +154,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 	}
 	var purpose string
 	var rec *Record
+	var lines int64
 	for {
 		part, err := mr.NextPart()
 		if err == io.EOF {
@@ -134,11 +184,21 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 			}
 			id := newFileID()
 			key := pkgfiles.ObjectKey(k.Tenant, id)
-			cr := &countingReader{r: part, limit: limit}
+			// A purpose sent before the file bounds a batch file as it
+			// streams; one sent after it is checked once it is stored.
+			fileLimit := limit
+			if purpose == pkgfiles.PurposeBatch {
+				fileLimit = min(limit, s.d.MaxBatchFileBytes)
+			}
+			cr := &countingReader{r: part, limit: fileLimit}
 			info, err := s.d.Objects.Put(r.Context(), key, cr, -1, part.Header.Get("Content-Type"))
 			if err != nil {
 				var mbe *http.MaxBytesError
 				if errors.Is(err, errFileTooLarge) || errors.As(err, &mbe) {
+					if fileLimit < limit && !errors.As(err, &mbe) {
+						contracts.Write(w, batchFileTooLarge(s.d.MaxBatchFileBytes))
+						return
+					}
 					contracts.Write(w, contracts.ErrBodyTooLarge(limit))
 					return
 				}
@@ -148,6 +208,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 			}
 			rec = &Record{File: File{ID: id, Object: "file", Bytes: info.Size, CreatedAt: time.Now().Unix(), Filename: name,
 				Status: "processed", SHA256: info.SHA256}, Tenant: k.Tenant, ObjectKey: key}
+			lines = cr.lines.total()
 		}
 		_ = part.Close()
 	}
@@ -157,9 +218,20 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 	}
 	if !slices.Contains(filePurposes, purpose) {
 		_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
-		contracts.Write(w, contracts.ErrBadRequest("purpose", contracts.CodeInvalidRequest,
-			fmt.Sprintf("Invalid 'purpose' %q: expected one of %s.", purpose, strings.Join(filePurposes, ", "))))
+		msg := fmt.Sprintf("Invalid 'purpose' %q: expected one of %s.", httpapi.Bounded(purpose, 64), strings.Join(filePurposes, ", "))
+		if purpose == pkgfiles.PurposeBatchOutput {
+			msg = "Files of purpose 'batch_output' are written by the Batch API (a batch's output and error files); they cannot be uploaded."
+		}
+		contracts.Write(w, contracts.ErrBadRequest("purpose", contracts.CodeInvalidRequest, msg))
 		return
+	}
+	if purpose == pkgfiles.PurposeBatch {
+		if rec.Bytes > s.d.MaxBatchFileBytes {
+			_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
+			contracts.Write(w, batchFileTooLarge(s.d.MaxBatchFileBytes))
+			return
+		}
+		rec.Lines = lines
 	}
 	rec.Purpose = purpose
 	if _, err := kv.Create(r.Context(), s.d.KV, fileKVKey(k.Tenant, rec.ID), *rec); err != nil {
