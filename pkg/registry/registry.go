@@ -425,8 +425,10 @@ func ValidateModel(m Model) error {
 	if m.Name == "" || len(m.Name) > 256 || strings.ContainsAny(m.Name, " \t\r\n") {
 		errs = append(errs, errors.New("name must be 1-256 characters without whitespace"))
 	}
-	if !strings.HasPrefix(m.Engine.BaseURL, "http://") && !strings.HasPrefix(m.Engine.BaseURL, "https://") {
-		errs = append(errs, errors.New("engine.base_url must be an http(s) URL"))
+	// A supervised engine's URL may be left to its worker, which starts it
+	// on a loopback port of its own.
+	if !(m.Engine.BaseURL == "" && m.Engine.Process != nil) && !strings.HasPrefix(m.Engine.BaseURL, "http://") && !strings.HasPrefix(m.Engine.BaseURL, "https://") {
+		errs = append(errs, errors.New("engine.base_url must be an http(s) URL (or empty for a supervised engine process)"))
 	}
 	if m.Engine.Model == "" {
 		errs = append(errs, errors.New("engine.model is required"))
@@ -444,8 +446,8 @@ func ValidateModel(m Model) error {
 			errs = append(errs, fmt.Errorf("%s.id %q is not unique among the model's engines", where, e.ID))
 		}
 		ids[e.ID] = true
-		if !strings.HasPrefix(e.BaseURL, "http://") && !strings.HasPrefix(e.BaseURL, "https://") {
-			errs = append(errs, fmt.Errorf("%s.base_url must be an http(s) URL", where))
+		if !(e.BaseURL == "" && e.Process != nil) && !strings.HasPrefix(e.BaseURL, "http://") && !strings.HasPrefix(e.BaseURL, "https://") {
+			errs = append(errs, fmt.Errorf("%s.base_url must be an http(s) URL (or empty for a supervised engine process)", where))
 		}
 		if e.Model == "" {
 			errs = append(errs, fmt.Errorf("%s.model is required", where))
