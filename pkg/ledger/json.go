@@ -12,15 +12,20 @@ import (
 )
 
 // Snapshot versions. Version 1 (read only) held every id ever applied, with
-// no minute; version 2 (written) holds the ids remembered within the dedup
-// horizon, grouped by the minute they are remembered at, and the clock.
+// no minute; version 2 holds the ids remembered within the dedup horizon,
+// grouped by the minute they are remembered at, and the clock; version 3 is
+// version 2 whose buckets may be batch buckets ("batch":true). A ledger is
+// written in version 2 while it has no batch bucket (byte for byte as
+// before batch usage existed, so a binary of that time still reads it) and
+// in version 3 once it has one, which such a binary refuses rather than
+// folding batch buckets into real-time ones.
 const (
-	snapshotV1      = 1
-	snapshotV2      = 2
-	snapshotVersion = snapshotV2
+	snapshotV1 = 1
+	snapshotV2 = 2
+	snapshotV3 = 3
 )
 
-// The JSON form, version 2:
+// The JSON form, version 2 and 3:
 //
 //	{"version":2,"last_seq":N,"applied":N,"beyond_horizon":N,"clock":M,
 //	 "buckets":[Bucket...],
@@ -28,7 +33,8 @@ const (
 //
 // clock (the newest event minute applied, a unix minute) is absent before
 // any event; seen groups are in ascending minute order and their ids in the
-// order they were applied. Version 1 had no beyond_horizon or clock and its
+// order they were applied. A version 3 bucket has "batch":true when it
+// is a batch bucket (the field is absent otherwise). Version 1 had no beyond_horizon or clock and its
 // seen was one base64 string of every id, sorted.
 type wireLedger struct {
 	Version       int      `json:"version"`
@@ -178,8 +184,12 @@ func idBytes(ids []ID) []byte {
 // the result.
 func (l *Ledger) MarshalJSON() ([]byte, error) {
 	buckets := make([]Bucket, 0, l.nb)
+	version := snapshotV2
 	l.Range(time.Time{}, time.Time{}, func(b Bucket) bool {
 		buckets = append(buckets, b)
+		if b.Batch {
+			version = snapshotV3
+		}
 		return true
 	})
 	bj, err := json.Marshal(buckets)
@@ -192,7 +202,7 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 	}
 	out := make([]byte, 0, size)
 	out = append(out, `{"version":`...)
-	out = strconv.AppendInt(out, snapshotVersion, 10)
+	out = strconv.AppendInt(out, int64(version), 10)
 	out = append(out, `,"last_seq":`...)
 	out = strconv.AppendUint(out, l.lastSeq, 10)
 	out = append(out, `,"applied":`...)
@@ -221,7 +231,7 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON replaces l's state with the state written by MarshalJSON
-// (version 2) or by earlier versions (version 1); l keeps its dedup horizon,
+// (version 2 or 3) or by earlier versions (version 1); l keeps its dedup horizon,
 // and ids older than it are forgotten at once. Calling it directly rather
 // than through json.Unmarshal spares a scan of the whole snapshot. The ids of a version 1
 // snapshot, which have no minute, are remembered at its newest bucket
@@ -231,8 +241,8 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("ledger: decode: %w", err)
 	}
-	if w.Version != snapshotV1 && w.Version != snapshotV2 {
-		return fmt.Errorf("ledger: snapshot version %d, want %d or %d", w.Version, snapshotV1, snapshotV2)
+	if w.Version != snapshotV1 && w.Version != snapshotV2 && w.Version != snapshotV3 {
+		return fmt.Errorf("ledger: snapshot version %d, want %d, %d or %d", w.Version, snapshotV1, snapshotV2, snapshotV3)
 	}
 	n := New()
 	n.horizon = l.horizon
@@ -240,6 +250,9 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 	for _, bk := range w.Buckets {
 		if bk.Start%60 != 0 {
 			return fmt.Errorf("ledger: bucket start %d is not a whole minute", bk.Start)
+		}
+		if bk.Batch && w.Version < snapshotV3 {
+			return fmt.Errorf("ledger: a batch bucket in a version %d snapshot", w.Version)
 		}
 		n.add(bk.Start/60, bk.Dims, bk.Counters)
 	}
@@ -258,7 +271,7 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		if len(ids) > 0 {
 			groups = []wireGroup{{Minute: n.clock, IDs: ids}}
 		}
-	case snapshotV2:
+	case snapshotV2, snapshotV3:
 		n.beyond = w.BeyondHorizon
 		if w.Clock != nil {
 			n.clock, n.hasClock = *w.Clock, true

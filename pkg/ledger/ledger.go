@@ -5,8 +5,10 @@
 // compares the two.
 //
 // Money is int64 nano-USD (1e-9 USD). A bucket is one tenant × API key ×
-// model × endpoint × minute (the unix minute of the request's StartedAt, or
-// of a correction's At).
+// model × endpoint × batch flag × minute (the unix minute of the request's
+// StartedAt, or of a correction's At). Lines of Batch API batches
+// (UsageRecordedV3 with Batch set) have buckets of their own, priced at
+// their model's batch discount (PriceBook.BatchCostNano).
 //
 // # Deduplication horizon
 //
@@ -62,6 +64,10 @@ type Dims struct {
 	KeyID    string `json:"key_id"`
 	Model    string `json:"model"`
 	Endpoint string `json:"endpoint"`
+	// Batch is true for the lines of Batch API batches. Absent from the
+	// JSON when false, so buckets without batch usage read and write as
+	// before it existed.
+	Batch bool `json:"batch,omitempty"`
 }
 
 func (d Dims) compare(o Dims) int {
@@ -74,7 +80,16 @@ func (d Dims) compare(o Dims) int {
 	if c := strings.Compare(d.Model, o.Model); c != 0 {
 		return c
 	}
-	return strings.Compare(d.Endpoint, o.Endpoint)
+	if c := strings.Compare(d.Endpoint, o.Endpoint); c != 0 {
+		return c
+	}
+	switch {
+	case d.Batch == o.Batch:
+		return 0
+	case !d.Batch:
+		return -1
+	}
+	return 1
 }
 
 // Counters are what a bucket counts.
@@ -259,8 +274,9 @@ func (l *Ledger) SetLastSeq(seq uint64) {
 // Apply folds one event read at stream sequence seq with envelope id
 // eventID, costing it with pb, and reports whether it changed the ledger.
 //
-// UsageRecordedV1 and V2 add one request to the bucket of their StartedAt
-// minute; UsageCorrectedV1 adds its deltas, and the cost of its token
+// UsageRecordedV1, V2 and V3 add one request to the bucket of their
+// StartedAt minute (a V3 batch line to its batch bucket, priced with its
+// model's batch discount instead of the endpoint's); UsageCorrectedV1 adds its deltas, and the cost of its token
 // deltas, to the bucket of the corrected request (its At). Other event types
 // are ignored. An event whose id was applied before (and is still
 // remembered: see the package doc) is skipped whatever its sequence; so is
@@ -282,7 +298,14 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 	}
 	var rec *events.UsageRecordedV1
 	var cor *events.UsageCorrectedV1
+	batch := false
 	switch e := ev.(type) {
+	case *events.UsageRecordedV3:
+		if e != nil {
+			rec, batch = &e.UsageRecordedV1, e.Batch
+		}
+	case events.UsageRecordedV3:
+		rec, batch = &e.UsageRecordedV1, e.Batch
 	case *events.UsageRecordedV2:
 		if e != nil {
 			rec = &e.UsageRecordedV1
@@ -307,8 +330,8 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 		if !l.markSeen(eventID, m) {
 			return false, 0
 		}
-		c := RecordCounters(rec, pb)
-		l.add(m, Dims{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, Endpoint: rec.Endpoint}, c)
+		c := recordCounters(rec, batch, pb)
+		l.add(m, Dims{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, Endpoint: rec.Endpoint, Batch: batch}, c)
 		l.applied++
 		return true, c.CostNano
 	case cor != nil:
@@ -327,8 +350,18 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 	return false, 0
 }
 
-// RecordCounters is what one recorded request adds to its bucket.
+// RecordCounters is what one recorded real-time request adds to its
+// bucket.
 func RecordCounters(u *events.UsageRecordedV1, pb *PriceBook) Counters {
+	return recordCounters(u, false, pb)
+}
+
+// BatchRecordCounters is what one recorded batch line adds to its bucket.
+func BatchRecordCounters(u *events.UsageRecordedV1, pb *PriceBook) Counters {
+	return recordCounters(u, true, pb)
+}
+
+func recordCounters(u *events.UsageRecordedV1, batch bool, pb *PriceBook) Counters {
 	c := Counters{
 		Requests:          1,
 		InputTokens:       u.PromptTokens,
@@ -339,6 +372,9 @@ func RecordCounters(u *events.UsageRecordedV1, pb *PriceBook) Counters {
 		c.Errors = 1
 	}
 	cost, ok := pb.CostNano(u.Model, u.Endpoint, u.StartedAt, u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens)
+	if batch {
+		cost, ok = pb.BatchCostNano(u.Model, u.StartedAt, u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens)
+	}
 	if ok {
 		c.CostNano = cost
 	} else {

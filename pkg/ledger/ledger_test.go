@@ -381,7 +381,7 @@ func TestReportScopeFiltersAndEmptyBuckets(t *testing.T) {
 			}
 		}
 	}
-	// batch=true: no batch usage yet
+	// batch=true: this ledger has no batch lines
 	for _, tb := range l.Completions(mustParse(t, ReportCompletions, fmt.Sprintf("start_time=%d&batch=true", t0.Unix())), "").Data {
 		if len(tb.Results) != 0 {
 			t.Fatalf("batch=true: %+v", tb.Results)

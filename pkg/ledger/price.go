@@ -92,8 +92,30 @@ func (pb *PriceBook) CostNano(model, endpoint string, at time.Time, prompt, cach
 	if !ok {
 		return 0, false
 	}
+	return costNano(p, prompt, cached, completion, pb.Discount(endpoint)), true
+}
+
+// BatchCostNano is the cost of a line of a Batch API batch: CostNano with
+// the model's batch factor (registry.Price.BatchFactor: its BatchDiscount,
+// by default half price) in place of the endpoint's discount.
+func (pb *PriceBook) BatchCostNano(model string, at time.Time, prompt, cached, completion int64) (int64, bool) {
+	if pb == nil {
+		return 0, false
+	}
+	h, ok := pb.prices[model]
+	if !ok {
+		return 0, false
+	}
+	p, ok := h.At(at)
+	if !ok {
+		return 0, false
+	}
+	return costNano(p, prompt, cached, completion, p.BatchFactor()), true
+}
+
+func costNano(p registry.Price, prompt, cached, completion int64, factor float64) int64 {
 	nano := float64(prompt-cached)*p.InputPerMTokUSD*1000 +
 		float64(cached)*p.CachedInputPerMTokUSD*1000 +
 		float64(completion)*p.OutputPerMTokUSD*1000
-	return int64(math.Round(nano * pb.Discount(endpoint))), true
+	return int64(math.Round(nano * factor))
 }

@@ -34,8 +34,22 @@ const (
 	GroupProjectID = "project_id"
 	GroupAPIKeyID  = "api_key_id"
 	GroupModel     = "model"
+	GroupBatch     = "batch"
 	GroupLineItem  = "line_item"
 )
+
+// BatchLineItemSuffix ends the cost line item of batch lines: a model's
+// batch spend is the line item "<model>, batch", its real-time spend
+// "<model>".
+const BatchLineItemSuffix = ", batch"
+
+// LineItem is the cost line item of a bucket's dimensions.
+func LineItem(d Dims) string {
+	if d.Batch {
+		return d.Model + BatchLineItemSuffix
+	}
+	return d.Model
+}
 
 // Query is a parsed report request.
 type Query struct {
@@ -51,14 +65,15 @@ type Query struct {
 	ProjectIDs []string
 	APIKeyIDs  []string
 	// Models filters models (completions, embeddings) or line items
-	// (costs).
+	// (costs: a model's line items are the model and "<model>, batch").
 	Models []string
 	// OpenEnd is set when the request had no end_time: the last bucket is
 	// then listed whole, not cut at EndTime (now).
 	OpenEnd bool
-	// BatchOnly is batch=true: only batch usage, of which aiforge has none
-	// yet, so every bucket is empty.
-	BatchOnly bool
+	// Batch is the batch filter (completions, embeddings): true keeps only
+	// the lines of Batch API batches, false only real-time requests, nil
+	// both.
+	Batch *bool
 }
 
 func (q Query) grouped(field string) bool { return slices.Contains(q.GroupBy, field) }
@@ -102,10 +117,10 @@ func list(v url.Values, name string) []string {
 // default 1d), limit (buckets per page: 1d default 7 max 31, 1h default 24
 // max 168, 1m default 60 max 1440; costs default 7 max 180), page (the
 // next_page cursor of the previous page), group_by (project_id, api_key_id,
-// model; costs: project_id, line_item) and the filters project_ids,
-// api_key_ids and models (costs: project_ids, line_items); batch=true
-// matches nothing (aiforge has no batch usage yet) and user_ids is refused
-// (there are no users). Other parameters are ignored. Errors are
+// model, and for completions batch; costs: project_id, line_item) and the
+// filters project_ids, api_key_ids, models and batch (true: batch lines
+// only, false: real-time requests only; costs: project_ids, line_items);
+// user_ids is refused (there are no users). Other parameters are ignored. Errors are
 // OpenAI-shaped 400s naming the parameter.
 //
 // Buckets are aligned to UTC multiples of the width; the first starts at
@@ -193,7 +208,10 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 	}
 
 	allowed := []string{GroupProjectID, GroupAPIKeyID, GroupModel}
-	if r == ReportCosts {
+	switch r {
+	case ReportCompletions:
+		allowed = append(allowed, GroupBatch)
+	case ReportCosts:
 		allowed = []string{GroupProjectID, GroupLineItem}
 	}
 	for _, raw := range list(v, "group_by") {
@@ -214,9 +232,10 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 
 	if r != ReportCosts {
 		switch b := v.Get("batch"); b {
-		case "", "false":
-		case "true":
-			q.BatchOnly = true
+		case "":
+		case "true", "false":
+			b := b == "true"
+			q.Batch = &b
 		default:
 			return q, badParam("batch", contracts.CodeInvalidType, "Invalid 'batch': expected true or false, got '%s'.", b)
 		}
@@ -347,6 +366,7 @@ type CostsResult struct {
 // group is one result row before formatting.
 type group struct {
 	project, key, model string
+	batch               bool
 	Counters
 }
 
@@ -354,7 +374,10 @@ type group struct {
 // bucket's clamped bounds and its grouped rows.
 func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, rows []group)) (hasMore bool, next int64) {
 	w := int64(q.Width)
-	type gk struct{ project, key, model string }
+	type gk struct {
+		project, key, model string
+		batch               bool
+	}
 	sums := map[gk]*Counters{}
 	for i, b := 0, q.First; b < q.EndTime; i, b = i+1, b+w {
 		if i == q.Limit {
@@ -377,8 +400,14 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 				if q.grouped(GroupAPIKeyID) {
 					k.key = d.KeyID
 				}
-				if q.grouped(GroupModel) || q.grouped(GroupLineItem) {
+				if q.grouped(GroupModel) {
 					k.model = d.Model
+				}
+				if q.grouped(GroupLineItem) {
+					k.model = LineItem(d)
+				}
+				if q.grouped(GroupBatch) {
+					k.batch = d.Batch
 				}
 				if s, ok := sums[k]; ok {
 					s.Add(*c)
@@ -390,7 +419,7 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 		}
 		rows := make([]group, 0, len(sums))
 		for k, c := range sums {
-			rows = append(rows, group{k.project, k.key, k.model, *c})
+			rows = append(rows, group{k.project, k.key, k.model, k.batch, *c})
 		}
 		slices.SortFunc(rows, func(a, b group) int {
 			if c := strings.Compare(a.project, b.project); c != 0 {
@@ -399,7 +428,16 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 			if c := strings.Compare(a.key, b.key); c != 0 {
 				return c
 			}
-			return strings.Compare(a.model, b.model)
+			if c := strings.Compare(a.model, b.model); c != 0 {
+				return c
+			}
+			switch {
+			case a.batch == b.batch:
+				return 0
+			case !a.batch:
+				return -1
+			}
+			return 1
 		})
 		fn(lo, hi, rows)
 	}
@@ -407,7 +445,7 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 }
 
 func (q Query) match(d Dims, scope string) bool {
-	if q.BatchOnly || (scope != "" && d.Tenant != scope) {
+	if (scope != "" && d.Tenant != scope) || (q.Batch != nil && *q.Batch != d.Batch) {
 		return false
 	}
 	switch q.Report {
@@ -426,8 +464,14 @@ func (q Query) match(d Dims, scope string) bool {
 	if len(q.APIKeyIDs) > 0 && !slices.Contains(q.APIKeyIDs, d.KeyID) {
 		return false
 	}
-	if len(q.Models) > 0 && !slices.Contains(q.Models, d.Model) {
-		return false
+	if len(q.Models) > 0 {
+		name := d.Model
+		if q.Report == ReportCosts {
+			name = LineItem(d)
+		}
+		if !slices.Contains(q.Models, name) {
+			return false
+		}
 	}
 	return true
 }
@@ -469,8 +513,16 @@ func (l *Ledger) Completions(q Query, scope string) Page[CompletionsResult] {
 			ProjectID:         ptrIf(q.grouped(GroupProjectID), g.project),
 			APIKeyID:          ptrIf(q.grouped(GroupAPIKeyID), g.key),
 			Model:             ptrIf(q.grouped(GroupModel), g.model),
+			Batch:             boolIf(q.grouped(GroupBatch), g.batch),
 		}
 	})
+}
+
+func boolIf(ok, b bool) *bool {
+	if !ok {
+		return nil
+	}
+	return &b
 }
 
 // Embeddings answers GET /v1/organization/usage/embeddings.
