@@ -1,4 +1,8 @@
 package batch
 
-// defaultScheduler is the fair-share scheduler (services/batch/fairshare).
-func defaultScheduler(Config) Scheduler { return nil }
+import "github.com/aiforge/aiforge/services/batch/fairshare"
+
+// defaultScheduler is the fair-share scheduler.
+func defaultScheduler(cfg Config) Scheduler {
+	return fairshare.New(fairshare.Config{HalfLife: cfg.SchedulerHalfLife})
+}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,97 +38,6 @@ const (
 	testTenant = "acme"
 )
 
-// fakeScheduler admits lines first come, first served per model within
-// the model's capacity, round robin over tenants. It stands in for the
-// fair-share scheduler in these tests, which are about the batch flow.
-type fakeScheduler struct {
-	mu       sync.Mutex
-	capacity map[string]map[string]int64 // model → flavor → slots
-	inUse    map[string]map[string]int64
-	waiting  map[qkey]int64
-	next     int
-	seq      uint64
-	admitted int64
-	released int64
-	tokens   int64
-}
-
-func newFakeScheduler() *fakeScheduler {
-	return &fakeScheduler{capacity: map[string]map[string]int64{}, inUse: map[string]map[string]int64{}, waiting: map[qkey]int64{}}
-}
-
-func (f *fakeScheduler) SetConfig([]api.Pool, []api.Cohort, []api.Queue) {}
-func (f *fakeScheduler) PoolOf(model string) string                      { return model }
-
-func (f *fakeScheduler) SetCapacity(model, flavor string, slots int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.capacity[model] == nil {
-		f.capacity[model] = map[string]int64{}
-		f.inUse[model] = map[string]int64{}
-	}
-	f.capacity[model][flavor] = slots
-}
-
-func (f *fakeScheduler) SetWaiting(tenant, model string, n int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n == 0 {
-		delete(f.waiting, qkey{tenant, model})
-		return
-	}
-	f.waiting[qkey{tenant, model}] = n
-}
-
-func (f *fakeScheduler) Admit(time.Time) (Admission, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	keys := make([]qkey, 0, len(f.waiting))
-	for k := range f.waiting {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].tenant+keys[i].model < keys[j].tenant+keys[j].model })
-	for i := range keys {
-		k := keys[(f.next+i)%len(keys)]
-		flavors := make([]string, 0)
-		for fl := range f.capacity[k.model] {
-			flavors = append(flavors, fl)
-		}
-		slices.Sort(flavors)
-		for _, fl := range flavors {
-			if f.inUse[k.model][fl] < f.capacity[k.model][fl] {
-				f.inUse[k.model][fl]++
-				if f.waiting[k]--; f.waiting[k] <= 0 {
-					delete(f.waiting, k)
-				}
-				f.next++
-				f.seq++
-				f.admitted++
-				return Admission{Tenant: k.tenant, Model: k.model, Pool: k.model, Flavor: fl, id: f.seq}, true
-			}
-		}
-	}
-	return Admission{}, false
-}
-
-func (f *fakeScheduler) Release(a Admission, tokens int64, _ bool, _ time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.inUse[a.Model][a.Flavor]--
-	f.released++
-	f.tokens += tokens
-}
-
-func (f *fakeScheduler) Status(time.Time) api.QueuesReply {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r := api.QueuesReply{At: time.Now().Unix()}
-	for k, n := range f.waiting {
-		r.Queues = append(r.Queues, api.QueueStatus{Pool: k.model, Tenant: k.tenant, Weight: 1, Waiting: n})
-	}
-	return r
-}
-
 // env is a bus, an object store, a model served by a bridge worker in
 // front of the engine simulator, and the batch service.
 type env struct {
@@ -139,7 +47,6 @@ type env struct {
 	js      jetstream.JetStream
 	objects objstore.Store
 	sim     *enginesim.Sim
-	sched   *fakeScheduler
 	batches jetstream.KeyValue
 	files   jetstream.KeyValue
 	store   *registry.Store
@@ -240,7 +147,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeSim)
-	e := &env{t: t, srv: srv, nc: nc, js: js, objects: objects, sim: sim, sched: newFakeScheduler(), cfg: cfg}
+	e := &env{t: t, srv: srv, nc: nc, js: js, objects: objects, sim: sim, cfg: cfg}
 	e.batches, _ = js.KeyValue(ctx, events.BucketBatches)
 	e.files, _ = js.KeyValue(ctx, events.BucketFiles)
 	if e.store, err = registry.Open(ctx, js); err != nil {
@@ -293,7 +200,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	svc, err := New(e.cfg, Deps{NC: e.svcNC, JS: js, Objects: e.objects, Registerer: prometheus.NewRegistry(), Scheduler: e.sched,
+	svc, err := New(e.cfg, Deps{NC: e.svcNC, JS: js, Objects: e.objects, Registerer: prometheus.NewRegistry(),
 		SecretsKey: testSecretsKey, Logger: testLogger()})
 	if err != nil {
 		e.t.Fatal(err)

@@ -4,15 +4,12 @@ import (
 	"time"
 
 	api "github.com/aiforge/aiforge/pkg/batch"
+	"github.com/aiforge/aiforge/services/batch/fairshare"
 )
 
 // Admission is one line admitted by the scheduler: whose, of which model
 // and pool, on which flavor (worker class).
-type Admission struct {
-	Tenant, Model, Pool, Flavor string
-	Borrowed                    bool
-	id                          uint64
-}
+type Admission = fairshare.Admission
 
 // Scheduler is the fair-share scheduler as the dispatcher uses it
 // (services/batch/fairshare implements it): the dispatcher tells it the
@@ -28,3 +25,5 @@ type Scheduler interface {
 	Release(a Admission, tokens int64, dispatched bool, now time.Time)
 	Status(now time.Time) api.QueuesReply
 }
+
+var _ Scheduler = (*fairshare.Scheduler)(nil)

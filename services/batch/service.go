@@ -99,9 +99,6 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Scheduler == nil {
 		deps.Scheduler = defaultScheduler(cfg)
 	}
-	if deps.Scheduler == nil {
-		return nil, errors.New("batch deps: Deps.Scheduler is required")
-	}
 	m, err := newMetrics(deps.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("batch: metrics: %w", err)
