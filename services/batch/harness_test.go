@@ -24,11 +24,13 @@ import (
 
 	api "github.com/aiforge/aiforge/pkg/batch"
 	"github.com/aiforge/aiforge/pkg/bridge"
+	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/events"
 	pkgfiles "github.com/aiforge/aiforge/pkg/files"
 	"github.com/aiforge/aiforge/pkg/kv"
 	"github.com/aiforge/aiforge/pkg/natstest"
+	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
@@ -52,6 +54,7 @@ type env struct {
 	store   *registry.Store
 	cfg     Config
 	worker  *testWorker
+	connect func(name, identity string) *nats.Conn
 
 	svc    *Service
 	onStop func(batchID string)
@@ -127,9 +130,60 @@ func (w *testWorker) timesServed(id string) int {
 	return w.ids[id]
 }
 
-func newEnv(t *testing.T, cfg Config) *env {
+func newEnv(t *testing.T, cfg Config) *env { return newEnvOn(t, cfg, false) }
+
+// newEnvOn makes an env; with secure, the bus enforces pkg/busauth: the
+// batch service and the worker connect as their identities (the test
+// itself as admin).
+func newEnvOn(t *testing.T, cfg Config, secure bool) *env {
 	t.Helper()
-	srv, nc := natstest.JetStream(t)
+	var srv *server.Server
+	var nc *nats.Conn
+	var ids map[string]busauth.Identity
+	if secure {
+		var err error
+		if ids, err = busauth.LoadOrCreate(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		users, err := busauth.ServerUsers(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv, err = natsutil.StartEmbedded(natsutil.EmbeddedConfig{StoreDir: t.TempDir(), Port: -1, Users: users}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		})
+	} else {
+		srv = natstest.Server(t)
+	}
+	var violations atomic.Int64
+	t.Cleanup(func() {
+		if n := violations.Load(); n > 0 {
+			t.Errorf("%d permission violations on the bus", n)
+		}
+	})
+	connect := func(name, identity string) *nats.Conn {
+		t.Helper()
+		var opts []nats.Option
+		if ids != nil {
+			opts = append(opts, ids[identity].Option(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if strings.Contains(strings.ToLower(err.Error()), "permission") {
+					violations.Add(1)
+					t.Logf("%s (%s): %v", name, identity, err)
+				}
+			}))
+		}
+		c, err := natsutil.Connect(srv.ClientURL(), name, opts...)
+		if err != nil {
+			t.Fatalf("connect %s: %v", name, err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	nc = connect(t.Name(), busauth.Admin)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +201,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeSim)
-	e := &env{t: t, srv: srv, nc: nc, js: js, objects: objects, sim: sim, cfg: cfg}
+	e := &env{t: t, srv: srv, nc: nc, connect: connect, js: js, objects: objects, sim: sim, cfg: cfg}
 	e.batches, _ = js.KeyValue(ctx, events.BucketBatches)
 	e.files, _ = js.KeyValue(ctx, events.BucketFiles)
 	if e.store, err = registry.Open(ctx, js); err != nil {
@@ -159,7 +213,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if err := e.store.PutModel(ctx, registry.Model{Name: testModel, Engine: registry.Engine{BaseURL: baseURL, Model: testModel}}); err != nil {
 		t.Fatal(err)
 	}
-	e.worker = &testWorker{baseURL: baseURL, js: js, ids: map[string]int{}, fail: map[string]int{}}
+	e.worker = &testWorker{baseURL: baseURL, ids: map[string]int{}, fail: map[string]int{}}
 	return e
 }
 
@@ -167,7 +221,12 @@ func newEnv(t *testing.T, cfg Config) *env {
 // events.BucketWorkers (so lines go to its direct subject).
 func (e *env) startWorker(id string, slots int, state bool) {
 	e.t.Helper()
-	wnc := natstest.Conn(e.t, e.srv, "worker-"+id)
+	wnc := e.connect("worker-"+id, busauth.Worker)
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.worker.js = wjs
 	s, err := bridge.NewServer(wnc, bridge.ServerConfig{Model: testModel, WorkerID: id, MaxConcurrency: slots}, e.worker.handle)
 	if err != nil {
 		e.t.Fatal(err)
@@ -181,7 +240,7 @@ func (e *env) startWorker(id string, slots int, state bool) {
 		_ = s.Shutdown(ctx)
 	})
 	if state {
-		w, err := registry.OpenWorkers(testCtx(e.t), e.js)
+		w, err := registry.OpenWorkers(testCtx(e.t), wjs)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -195,7 +254,7 @@ func (e *env) startWorker(id string, slots int, state bool) {
 // start runs a batch service on a connection of its own.
 func (e *env) start() {
 	e.t.Helper()
-	e.svcNC = natstest.Conn(e.t, e.srv, "batch")
+	e.svcNC = e.connect("batch", busauth.Batch)
 	js, err := jetstream.New(e.svcNC)
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,11 +1,13 @@
 package batch
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	api "github.com/aiforge/aiforge/pkg/batch"
+	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/kv"
 )
@@ -200,5 +202,46 @@ func TestBatchExactlyOnceAcrossKills(t *testing.T) {
 	t.Logf("%d kills mid-batch; %d lines run again after a kill (billed once: %d usage events)", midBatch, reruns, n)
 	if _, _, err := kv.Get[api.Record](testCtx(t), e.batches, api.Key(testTenant, rec.ID)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchUnderBusPermissions runs batches with the bus enforcing
+// pkg/busauth: the batch service's identity may do everything it does.
+func TestBatchUnderBusPermissions(t *testing.T) {
+	e := newEnvOn(t, Config{Window: 3 * time.Second}, true)
+	e.worker.gate = make(chan struct{}, 100)
+	for range 10 {
+		e.worker.gate <- struct{}{}
+	}
+	e.startWorker("w1", 2, true)
+	stops := e.stopped()
+	e.start()
+	rec := e.submit(api.EndpointChatCompletions, chatLines(10))
+	got := e.waitStatus(rec.ID, 30*time.Second, api.StatusCompleted)
+	checkOnce(t, 10, e.file(got.OutputFileID), nil)
+	bad := e.submit(api.EndpointChatCompletions, []string{`{"custom_id":"x"}`})
+	if got := e.waitStatus(bad.ID, 30*time.Second, api.StatusFailed, api.StatusCompleted); got.Status != api.StatusFailed {
+		t.Fatalf("status %s", got.Status)
+	}
+	// Expiry with lines in flight, and a restart that finds the batch's
+	// consumer.
+	exp := e.submit(api.EndpointChatCompletions, chatLines(6))
+	e.eventually(30*time.Second, func() bool { return e.get(exp.ID).Status == api.StatusInProgress }, "in progress")
+	e.kill()
+	e.start()
+	waitStopped(t, stops, exp.ID)
+	close(e.worker.gate)
+	got = e.waitStatus(exp.ID, 30*time.Second, api.StatusExpired)
+	checkOnce(t, 6, e.file(got.OutputFileID), e.file(got.ErrorFileID))
+
+	edge := e.connect("edge", busauth.Edge)
+	b, _ := json.Marshal(api.QueryRequest{Kind: api.QueryQueues})
+	m, err := edge.Request(events.BatchQuery, b, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r api.QueuesReply
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Error != "" {
+		t.Fatalf("queues reply %s: %v", m.Data, err)
 	}
 }
