@@ -238,3 +238,44 @@ func TestBatchInputFileMissing(t *testing.T) {
 		t.Fatalf("status %s, errors %+v", got.Status, got.Errors)
 	}
 }
+
+// An answer larger than one bus message goes through the object store;
+// a line asking for a stream is answered whole.
+func TestBatchLargeAnswerAndStreamFlag(t *testing.T) {
+	e := newEnv(t, Config{InlineBodyLimit: 256 << 10})
+	e.startWorker("w1", 2, true)
+	e.start()
+	rec := e.submit(api.EndpointChatCompletions, []string{
+		`{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"sim-model","messages":[{"role":"user","content":"long"}],"max_tokens":100000}}`,
+		`{"custom_id":"s","method":"POST","url":"/v1/chat/completions","body":{"model":"sim-model","messages":[{"role":"user","content":"q"}],"stream":true,"stream_options":{"include_usage":true}}}`,
+	})
+	got := e.waitStatus(rec.ID, 60*time.Second, api.StatusCompleted)
+	out := e.file(got.OutputFileID)
+	if len(out) != 2 || out[0].CustomID != "big" || out[1].CustomID != "s" {
+		t.Fatalf("output %d lines", len(out))
+	}
+	if n := e.objects.(*recordingStore).put(bodyPrefix(testTenant, rec.ID)); n != 1 || len(out[0].Response.Body) <= 256<<10 {
+		t.Fatalf("%d answers of %d bytes spilled to the object store", n, len(out[0].Response.Body))
+	}
+	var big struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(out[0].Response.Body, &big); err != nil || big.Usage.CompletionTokens != 100000 {
+		t.Fatalf("big answer: %v, %d tokens", err, big.Usage.CompletionTokens)
+	}
+	var small struct {
+		Object string `json:"object"`
+	}
+	if err := json.Unmarshal(out[1].Response.Body, &small); err != nil || small.Object != "chat.completion" {
+		t.Fatalf("streamed line answered %s", out[1].Response.Body)
+	}
+	// The spilled body is removed with the batch's lines.
+	e.eventually(10*time.Second, func() bool {
+		for _, err := range e.objects.List(testCtx(t), bodyPrefix(testTenant, rec.ID)) {
+			return err != nil
+		}
+		return true
+	}, "the spilled answer removed")
+}

@@ -89,6 +89,10 @@ type Config struct {
 	// TempDir holds the spool files of output files being written.
 	// Default the system's.
 	TempDir string
+	// InlineBodyLimit is the largest answer body a result carries on the
+	// bus; larger ones are kept in the object store until the batch's
+	// files are written. Default the connection's max payload less 64 KiB.
+	InlineBodyLimit int64
 	// SchedulerHalfLife is the half-life of the fair-share scheduler's
 	// historical usage. Default the scheduler's (5m).
 	SchedulerHalfLife time.Duration
@@ -116,7 +120,7 @@ func (c Config) Validate() error {
 		v    int64
 	}{
 		{"DefaultCapacity", c.DefaultCapacity}, {"MaxAckPending", int64(c.MaxAckPending)}, {"Prefetch", int64(c.Prefetch)},
-		{"LineAttempts", int64(c.LineAttempts)}, {"MaxErrors", int64(c.MaxErrors)}, {"WebhookAttempts", int64(c.WebhookAttempts)},
+		{"LineAttempts", int64(c.LineAttempts)}, {"InlineBodyLimit", c.InlineBodyLimit}, {"MaxErrors", int64(c.MaxErrors)}, {"WebhookAttempts", int64(c.WebhookAttempts)},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", n.name))

@@ -47,7 +47,7 @@ type env struct {
 	srv     *server.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	objects objstore.Store
+	objects objstore.Store // a *recordingStore
 	sim     *enginesim.Sim
 	batches jetstream.KeyValue
 	files   jetstream.KeyValue
@@ -201,7 +201,7 @@ func newEnvOn(t *testing.T, cfg Config, secure bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeSim)
-	e := &env{t: t, srv: srv, nc: nc, connect: connect, js: js, objects: objects, sim: sim, cfg: cfg}
+	e := &env{t: t, srv: srv, nc: nc, connect: connect, js: js, objects: &recordingStore{Store: objects}, sim: sim, cfg: cfg}
 	e.batches, _ = js.KeyValue(ctx, events.BucketBatches)
 	e.files, _ = js.KeyValue(ctx, events.BucketFiles)
 	if e.store, err = registry.Open(ctx, js); err != nil {
@@ -441,4 +441,30 @@ func testLogger() *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// recordingStore remembers the keys put.
+type recordingStore struct {
+	objstore.Store
+	mu   sync.Mutex
+	puts []string
+}
+
+func (r *recordingStore) Put(ctx context.Context, key string, rd io.Reader, size int64, ct string) (objstore.Info, error) {
+	r.mu.Lock()
+	r.puts = append(r.puts, key)
+	r.mu.Unlock()
+	return r.Store.Put(ctx, key, rd, size, ct)
+}
+
+func (r *recordingStore) put(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range r.puts {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -193,7 +193,11 @@ func (s *Service) serveLine(ctx context.Context, r *runner, l *line, worker stri
 
 // spill moves a body too large for one bus message to the object store.
 func (s *Service) spill(ctx context.Context, res *events.BatchResultV1) error {
-	if int64(len(res.Body)) <= s.deps.NC.MaxPayload()-64<<10 {
+	limit := s.cfg.InlineBodyLimit
+	if limit == 0 {
+		limit = s.deps.NC.MaxPayload() - 64<<10
+	}
+	if int64(len(res.Body)) <= limit {
 		return nil
 	}
 	key := bodyPrefix(res.Tenant, res.BatchID) + strconv.FormatInt(res.Index, 10)
