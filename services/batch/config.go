@@ -21,7 +21,7 @@ const (
 	DefaultCapacity        = 8
 	DefaultMaxAckPending   = 20_000
 	DefaultPrefetch        = 256
-	DefaultLineAttempts    = 6
+	DefaultLineAttempts    = 10
 	DefaultRetryBackoff    = time.Second
 	DefaultMaxRetryBackoff = 30 * time.Second
 	DefaultCountsInterval  = 500 * time.Millisecond
@@ -61,7 +61,7 @@ type Config struct {
 	Prefetch int
 	// LineAttempts is how many deliveries a line gets before a retryable
 	// failure (no worker, overloaded, worker lost) becomes its answer.
-	// Default 6.
+	// Default 10 (with the default backoff, about 2.5 minutes of retries).
 	LineAttempts int
 	// RetryBackoff is the delay before a line's first retry, doubling up to
 	// MaxRetryBackoff. Defaults 1s and 30s.

@@ -1,10 +1,14 @@
 package batch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	api "github.com/aiforge/aiforge/pkg/batch"
 	"github.com/aiforge/aiforge/pkg/busauth"
@@ -243,5 +247,55 @@ func TestBatchUnderBusPermissions(t *testing.T) {
 	var r api.QueuesReply
 	if err := json.Unmarshal(m.Data, &r); err != nil || r.Error != "" {
 		t.Fatalf("queues reply %s: %v", m.Data, err)
+	}
+}
+
+// Two replicas share a batch's lines; each learns the other's results.
+func TestBatchTwoReplicas(t *testing.T) {
+	e := newEnv(t, Config{Prefetch: 16})
+	e.sim.SetTiming(5*time.Millisecond, 0)
+	e.startWorker("w1", 8, true)
+	e.start()
+	nc2 := e.connect("batch-2", busauth.Batch)
+	js2, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg2 := prometheus.NewRegistry()
+	svc2, err := New(e.cfg, Deps{NC: nc2, JS: js2, Objects: e.objects, Registerer: reg2, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc2.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	e.eventually(20*time.Second, svc2.Ready, "the second replica ready")
+	rec := e.submit(api.EndpointChatCompletions, chatLines(200))
+	got := e.waitStatus(rec.ID, 60*time.Second, api.StatusCompleted)
+	out, errs := e.file(got.OutputFileID), e.file(got.ErrorFileID)
+	checkOnce(t, 200, out, errs)
+	if len(out) != 200 || e.usageEvents() != 200 {
+		t.Fatalf("%d answered, %d usage events", len(out), e.usageEvents())
+	}
+	mfs, err := reg2.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent float64
+	for _, mf := range mfs {
+		if mf.GetName() == "aiforge_batch_lines_dispatched_total" {
+			for _, m := range mf.GetMetric() {
+				sent += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if sent == 0 || sent >= 200 {
+		t.Fatalf("the second replica sent %v of the 200 lines; want a share", sent)
 	}
 }

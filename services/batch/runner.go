@@ -235,6 +235,30 @@ func (r *runner) loadResults(id string) error {
 	})
 }
 
+// resyncInterval is how often a running batch looks for results it did
+// not publish itself (another replica's).
+const resyncInterval = 5 * time.Second
+
+// resync reads the results back when the stream holds more than this
+// runner has seen.
+func (r *runner) resync(id string) error {
+	info, err := r.s.stream.Info(r.ctx, jetstream.WithSubjectFilter(events.BatchResultsOf(id)))
+	if err != nil {
+		return err
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	r.mu.Lock()
+	seen := r.ndone
+	r.mu.Unlock()
+	if n <= uint64(seen) {
+		return nil
+	}
+	return r.loadResults(id)
+}
+
 // process runs a validated batch: its lines until every one has a result,
 // it expires or it is cancelled; then its files.
 func (r *runner) process(rec api.Record) error {
@@ -283,6 +307,8 @@ func (r *runner) process(rec api.Record) error {
 	defer expire.Stop()
 	counts := time.NewTicker(r.s.cfg.CountsInterval)
 	defer counts.Stop()
+	resync := time.NewTicker(resyncInterval)
+	defer resync.Stop()
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -295,7 +321,16 @@ func (r *runner) process(rec api.Record) error {
 			r.log.Info("batch: expired; letting the lines in flight finish")
 			<-r.s.disp.stop(act, false)
 			return r.windDown(api.StatusExpired)
+		case <-resync.C:
+			// Results another replica published for this batch.
+			if err := r.resync(rec.ID); err != nil && r.ctx.Err() == nil {
+				r.log.Warn("batch: read results back", "err", err)
+			}
 		case <-r.notify:
+			if api.Final(r.record().Status) {
+				<-r.s.disp.stop(act, true)
+				return nil
+			}
 			if r.record().Status == api.StatusCancelling {
 				r.log.Info("batch: cancelling; letting the lines in flight finish")
 				<-r.s.disp.stop(act, false)
