@@ -114,8 +114,10 @@ type Config struct {
 	// 22 bytes of snapshot each, so at 1000 requests/s the default hour
 	// keeps 3.6M ids (~170 MB; 48h would be 173M, ~8 GB). Default 1h.
 	DedupHorizon time.Duration
-	// Discounts multiplies the cost of an endpoint (for example
-	// {"batch": 0.5}); endpoints not listed pay full price.
+	// Discounts multiplies the cost of an endpoint's real-time requests
+	// (for example {"embeddings": 0.5}); endpoints not listed pay full
+	// price. Batch lines (UsageRecordedV3 with batch) pay their model's
+	// batch factor instead (registry.Price.BatchDiscount, default half).
 	Discounts map[string]float64
 	// QueueGroup is the queue group of the query responder, so replicas
 	// share queries. Default "usage".

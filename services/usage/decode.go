@@ -11,9 +11,11 @@ import (
 
 // decoder reads USAGE stream messages into reused values, so folding
 // allocates only the strings of each event. The event it returns is valid
-// until the next call.
+// until the next call. It knows the usage event types the ledger folds:
+// UsageRecordedV1, V2 and V3 (batch lines) and UsageCorrectedV1; any other
+// type is ignored.
 type decoder struct {
-	v2  events.UsageRecordedV2
+	rec events.UsageRecordedV3 // V1 and V2 decode into its embedded parts
 	cor events.UsageCorrectedV1
 	in  interner
 }
@@ -36,17 +38,21 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 		id = h.Get(nats.MsgIdHdr)
 	}
 	switch typ {
-	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2:
-		isV2 := typ == events.TypeUsageRecordedV2
-		res := d.v2.Reservations[:0]
-		d.v2 = events.UsageRecordedV2{Reservations: res}
-		var target any = &d.v2.UsageRecordedV1
-		ev = &d.v2.UsageRecordedV1
-		if isV2 {
-			target, ev = &d.v2, &d.v2
+	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2, events.TypeUsageRecordedV3:
+		res := d.rec.Reservations[:0]
+		reset := func() { d.rec = events.UsageRecordedV3{UsageRecordedV2: events.UsageRecordedV2{Reservations: res}} }
+		reset()
+		version := 1
+		var target any = &d.rec.UsageRecordedV1
+		ev = &d.rec.UsageRecordedV1
+		switch typ {
+		case events.TypeUsageRecordedV2:
+			version, target, ev = 2, &d.rec.UsageRecordedV2, &d.rec.UsageRecordedV2
+		case events.TypeUsageRecordedV3:
+			version, target, ev = 3, &d.rec, &d.rec
 		}
-		if !fastDecodeRecorded(data, &d.v2, isV2, &d.in) {
-			d.v2 = events.UsageRecordedV2{Reservations: res}
+		if !fastDecodeRecorded(data, &d.rec, version, &d.in) {
+			reset()
 			if err := json.Unmarshal(data, target); err != nil {
 				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 			}

@@ -10,7 +10,7 @@ import (
 )
 
 // A fast path for the one message shape the folder and the audit read
-// hundreds of thousands of times: UsageRecordedV1/V2 as events.Marshal
+// hundreds of thousands of times: UsageRecordedV1/V2/V3 as events.Marshal
 // writes it. encoding/json spends ~8µs on one; this scanner ~1µs, and it
 // interns the strings that repeat (tenant, key, model, endpoint...), so the
 // ledger's buckets share them.
@@ -254,10 +254,11 @@ func (s *scanner) reservations(dst []events.Reservation) ([]events.Reservation, 
 	}
 }
 
-// fastDecodeRecorded decodes a UsageRecordedV1 (v2 false) or V2 body into
-// u (which the caller has reset, keeping Reservations' capacity). It
+// fastDecodeRecorded decodes a UsageRecordedV1, V2 or V3 body (version 1,
+// 2 or 3) into u (which the caller has reset, keeping Reservations'
+// capacity); the fields a version does not have are unknown fields. It
 // reports false when the body needs encoding/json.
-func fastDecodeRecorded(data []byte, u *events.UsageRecordedV2, v2 bool, in *interner) bool {
+func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in *interner) bool {
 	s := scanner{b: data, in: in}
 	if !s.consume('{') {
 		return false
@@ -309,10 +310,20 @@ func fastDecodeRecorded(data []byte, u *events.UsageRecordedV2, v2 bool, in *int
 		case "finished_at":
 			u.FinishedAt, ok = s.time()
 		case "reservations":
-			if !v2 {
+			if version < 2 {
 				return false
 			}
 			u.Reservations, ok = s.reservations(u.Reservations)
+		case "batch":
+			if version < 3 {
+				return false
+			}
+			u.Batch, ok = s.bool()
+		case "batch_id":
+			if version < 3 {
+				return false
+			}
+			u.BatchID, ok = s.intern()
 		default:
 			return false
 		}

@@ -14,16 +14,19 @@ import (
 // fastAgrees decodes body both ways and reports a disagreement: whenever
 // the fast path accepts a body, encoding/json must accept it and decode the
 // same value.
-func fastAgrees(t testing.TB, body []byte, v2 bool) (fastOK bool) {
+func fastAgrees(t testing.TB, body []byte, version int) (fastOK bool) {
 	t.Helper()
 	var in interner
-	var fast events.UsageRecordedV2
-	fastOK = fastDecodeRecorded(body, &fast, v2, &in)
-	var slow events.UsageRecordedV2
+	var fast events.UsageRecordedV3
+	fastOK = fastDecodeRecorded(body, &fast, version, &in)
+	var slow events.UsageRecordedV3
 	var err error
-	if v2 {
+	switch version {
+	case 3:
 		err = json.Unmarshal(body, &slow)
-	} else {
+	case 2:
+		err = json.Unmarshal(body, &slow.UsageRecordedV2)
+	default:
 		err = json.Unmarshal(body, &slow.UsageRecordedV1)
 	}
 	if !fastOK {
@@ -66,17 +69,23 @@ func TestFastDecodeMatchesEncodingJSON(t *testing.T) {
 			Reporter: str(), StartedAt: at, FinishedAt: at.Add(time.Duration(r.IntN(1e9))),
 		}
 		var body []byte
-		v2 := i%2 == 0
-		if v2 {
-			ev := events.UsageRecordedV2{UsageRecordedV1: u}
-			for range r.IntN(3) {
-				ev.Reservations = append(ev.Reservations, events.Reservation{Key: str(), NanoUSD: r.Int64N(1e12)})
-			}
+		version := 1 + i%3
+		ev := events.UsageRecordedV3{UsageRecordedV2: events.UsageRecordedV2{UsageRecordedV1: u}}
+		for range r.IntN(3) {
+			ev.Reservations = append(ev.Reservations, events.Reservation{Key: str(), NanoUSD: r.Int64N(1e12)})
+		}
+		if r.IntN(2) == 0 {
+			ev.Batch, ev.BatchID = true, str()
+		}
+		switch version {
+		case 3:
 			body, _ = json.Marshal(ev)
-		} else {
+		case 2:
+			body, _ = json.Marshal(ev.UsageRecordedV2)
+		default:
 			body, _ = json.Marshal(u)
 		}
-		if fastAgrees(t, body, v2) {
+		if fastAgrees(t, body, version) {
 			accepted++
 		}
 	}
@@ -117,8 +126,27 @@ func TestFastDecodeMatchesEncodingJSON(t *testing.T) {
 		{`[]`, false},
 		{``, false},
 	} {
-		if got := fastAgrees(t, []byte(c.body), true); got != c.fastOK {
+		if got := fastAgrees(t, []byte(c.body), 2); got != c.fastOK {
 			t.Errorf("fast path on %s: %v, want %v", c.body, got, c.fastOK)
+		}
+	}
+	// The batch fields are V3's only.
+	for _, c := range []struct {
+		body    string
+		version int
+		fastOK  bool
+	}{
+		{`{` + base + `,"batch":true,"batch_id":"batch_1"}`, 3, true},
+		{`{` + base + `,"batch":false,"batch_id":""}`, 3, true},
+		{`{` + base + `,"batch":"yes"}`, 3, false},
+		{`{` + base + `,"batch_id":null}`, 3, false},
+		{`{` + base + `,"batch":true}`, 2, false},
+		{`{` + base + `,"batch_id":"b"}`, 1, false},
+		{`{` + base + `,"reservations":[]}`, 1, false},
+		{`{` + base + `,"reservations":[{"key":"k","nano_usd":5}],"batch":true,"batch_id":"b"}`, 3, true},
+	} {
+		if got := fastAgrees(t, []byte(c.body), c.version); got != c.fastOK {
+			t.Errorf("fast path (v%d) on %s: %v, want %v", c.version, c.body, got, c.fastOK)
 		}
 	}
 }
@@ -132,8 +160,9 @@ func FuzzFastDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fastAgrees(t, b, true)
-		fastAgrees(t, b, false)
+		fastAgrees(t, b, 1)
+		fastAgrees(t, b, 2)
+		fastAgrees(t, b, 3)
 	})
 }
 

@@ -426,6 +426,8 @@ func (s *Service) planSettlement(seq uint64, ev events.Event, cost int64) {
 	var u *events.UsageRecordedV1
 	var res []events.Reservation
 	switch e := ev.(type) {
+	case *events.UsageRecordedV3:
+		u, res = &e.UsageRecordedV1, e.Reservations
 	case *events.UsageRecordedV2:
 		u, res = &e.UsageRecordedV1, e.Reservations
 	case *events.UsageRecordedV1:

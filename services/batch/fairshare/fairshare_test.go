@@ -152,7 +152,7 @@ func checkShares(t *testing.T, what string, got map[string]float64) {
 		x = append(x, got[tenant]/weights[tenant])
 	}
 	j := jain(x)
-	t.Logf("%s: Jain index of share/weight %.6f", what, j)
+	t.Logf("%s: Jain index of share/weight %.8f", what, j)
 	if j <= 0.99 {
 		t.Errorf("%s: Jain index %.6f, want > 0.99", what, j)
 	}
