@@ -184,7 +184,6 @@ func (r *runner) markDone(res *events.BatchResultV1) bool {
 		r.failed++
 	}
 	r.countsDirty = true
-	r.log.Debug("batch: done", "index", i, "ndone", r.ndone, "status", res.StatusCode, "code", res.ErrorCode)
 	if r.ndone == r.total {
 		close(r.allDone)
 	}
