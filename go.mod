@@ -4,12 +4,15 @@ go 1.26.8
 
 replace github.com/aiforge/aiforge/pkg => ./pkg
 
+replace github.com/aiforge/aiforge/services/batch => ./services/batch
+
 replace github.com/aiforge/aiforge/services/edge => ./services/edge
 
 replace github.com/aiforge/aiforge/services/worker => ./services/worker
 
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
+	github.com/aiforge/aiforge/services/batch v0.0.0
 	github.com/aiforge/aiforge/services/edge v0.0.0
 	github.com/aiforge/aiforge/services/worker v0.0.0
 	github.com/go-pdf/fpdf v0.9.0

@@ -17,6 +17,7 @@ import (
 	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/services/batch"
 	"github.com/aiforge/aiforge/services/guardian"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
@@ -43,6 +44,21 @@ type serveFlags struct {
 	hubURL     string
 	hubHosts   []string
 	index      vectorIndexFlags
+	batch      batchFlags
+}
+
+// batchFlags tune the batch service.
+type batchFlags struct {
+	window   time.Duration
+	ackWait  time.Duration
+	capacity int64
+}
+
+func (b *batchFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.DurationVar(&b.window, "batch-window", envDuration("AIFORGE_BATCH_WINDOW", batch.DefaultWindow), "batch: how long a batch's lines may run before they expire (at most the 24h OpenAI's completion_window names; shorter for tests)")
+	fl.DurationVar(&b.ackWait, "batch-ack-wait", envDuration("AIFORGE_BATCH_ACK_WAIT", batch.DefaultAckWait), "batch: how long a line taken by a batch service that stopped answering for it waits before another takes it (at least 3s)")
+	fl.Int64Var(&b.capacity, "batch-default-capacity", int64(envInt("AIFORGE_BATCH_DEFAULT_CAPACITY", batch.DefaultCapacity)), "batch: lines of a model in flight at once when its workers report no slots")
 }
 
 func (f *serveFlags) add(c *cobra.Command, embedded bool) {
@@ -60,6 +76,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	f.index.add(c)
+	f.batch.add(c)
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store, the admin key, objects and served model files (made absolute at start)")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars; clients authenticate with the nkeys in --nats-creds-dir")
@@ -125,6 +142,9 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	if o.Retriever, err = f.index.options(); err != nil {
 		return app.Options{}, err
 	}
+	o.Batch.Window = f.batch.window
+	o.Batch.AckWait = f.batch.ackWait
+	o.Batch.DefaultCapacity = f.batch.capacity
 	o.Guardian.HubURL = f.hubURL
 	o.Guardian.HubRedirectHosts = f.hubHosts
 	// The hub token comes from the environment only, never a flag (flags
@@ -163,14 +183,14 @@ func envInt(name string, def int) int {
 // root command checks them before running anything).
 func checkEnv() error {
 	var errs []error
-	for _, name := range []string{"AIFORGE_STREAM_REPLICAS"} {
+	for _, name := range []string{"AIFORGE_STREAM_REPLICAS", "AIFORGE_BATCH_DEFAULT_CAPACITY"} {
 		if v := os.Getenv(name); v != "" {
 			if _, err := strconv.Atoi(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q is not a whole number", name, v))
 			}
 		}
 	}
-	for _, name := range []string{"AIFORGE_RESERVATION_TTL"} {
+	for _, name := range []string{"AIFORGE_RESERVATION_TTL", "AIFORGE_BATCH_WINDOW", "AIFORGE_BATCH_ACK_WAIT"} {
 		if v := os.Getenv(name); v != "" {
 			if _, err := time.ParseDuration(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q is not a duration (e.g. 15m)", name, v))
@@ -308,7 +328,7 @@ func runCmd() *cobra.Command {
 Targets: ` + strings.Join(app.Targets(), ", ") + `.
 
 The services that keep blobs share one object store: a --data-dir they all use (objects/ under it)
-or an S3 bucket (AIFORGE_S3_*). The guardian, ingest, embedder and retriever do not start without
+or an S3 bucket (AIFORGE_S3_*). The guardian, ingest, embedder, retriever and batch do not start without
 one; without one the edge answers storage_unavailable on its file and upload APIs, and the workers
 serve no LoRA adapters.
 
@@ -316,8 +336,9 @@ The edge (targets edge and all) needs the admin key: set AIFORGE_ADMIN_KEY, the 
 edge replica, or give --data-dir, where the key is read from admin.key (or generated there, mode 0600,
 and printed once on a terminal; elsewhere only its path is logged). The other targets need no admin key.
 
-Engine API keys are stored sealed: the workers target opens them with the private key in
-AIFORGE_SECRETS_KEY_FILE (or secrets.key in --data-dir, generated there with secrets.pub on first start);
+Engine API keys and webhook signing secrets are stored sealed: the workers and batch targets open them
+with the private key in AIFORGE_SECRETS_KEY_FILE (or secrets.key in --data-dir, generated there with
+secrets.pub on first start);
 the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or secrets.pub in --data-dir).
 
   export AIFORGE_ADMIN_KEY=ak-...   # e.g. openssl rand -base64 32, or the one aiforge up printed

@@ -34,6 +34,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	batchsvc "github.com/aiforge/aiforge/services/batch"
 	"github.com/aiforge/aiforge/services/edge"
 	"github.com/aiforge/aiforge/services/embedder"
 	"github.com/aiforge/aiforge/services/guardian"
@@ -96,6 +97,9 @@ type Options struct {
 	S3 *objstore.S3Config
 	// Usage tunes the usage service.
 	Usage usage.Config
+	// Batch tunes the batch service (completion window, line ack wait,
+	// default capacity).
+	Batch batchsvc.Config
 	// Worker is the engine binding for the "worker" target.
 	Worker worker.Config
 	// Guardian configures the model scanner and hub mirror (its HubToken
@@ -158,7 +162,7 @@ type module struct {
 }
 
 // The services the edge routes requests and queries to.
-var routedBehindEdge = []string{"usage", "retriever", "embedder", "ingest", "guardian", "workers", "worker"}
+var routedBehindEdge = []string{"usage", "retriever", "embedder", "ingest", "guardian", "workers", "worker", "batch"}
 
 // modules is the table of everything a process can set up and what each
 // needs. "bus" is the NATS connection (the embedded server, or an external
@@ -177,12 +181,13 @@ var modules = map[string]module{
 	"embedder":  {deps: []string{"bus", "objects"}, service: true, build: (*App).buildEmbedder},
 	"retriever": {deps: []string{"bus", "objects"}, service: true, build: (*App).buildRetriever},
 	"guardian":  {deps: []string{"bus", "objects"}, service: true, build: (*App).buildGuardian},
+	"batch":     {deps: []string{"bus", "objects"}, service: true, build: (*App).buildBatch},
 }
 
 // groups name sets of modules; "all" is what `aiforge up` runs. The start
 // order comes from the table (deps, then after), not from a group.
 var groups = map[string][]string{
-	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "edge"},
+	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "batch", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.
@@ -874,6 +879,30 @@ func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) 
 		return nil, nil, err
 	}
 	return s.Run, nil, nil
+}
+
+// buildBatch runs the batch service: batch validation, dispatch of their
+// lines to the workers, output files, webhooks. The webhook signing
+// secrets are sealed to the secrets key, so it needs the private key as
+// the workers do.
+func (a *App) buildBatch() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("batch")
+	if err != nil {
+		return nil, nil, err
+	}
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	priv, _, err := a.secretsKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := batchsvc.New(a.opts.Batch, batchsvc.Deps{NC: nc, JS: js, Objects: objects, SecretsKey: priv, Logger: a.log, Registerer: a.Registry})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Run, s.Ready, nil
 }
 
 // Store opens the registry on the process's bus (for in-process tools).

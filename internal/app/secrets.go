@@ -35,8 +35,9 @@ func (a *App) runsModule(name string) bool {
 
 // secretsKeys loads, once, the key material of the modules in this
 // process: the private key for the workers (which open the sealed engine
-// keys), the public key for the edge (which seals them). The edge alone
-// never reads the private key. Either may be nil, with a warning: the
+// keys) and the batch service (which opens the sealed webhook secrets),
+// the public key for the edge (which seals them). The edge alone never
+// reads the private key. Either may be nil, with a warning: the
 // workers then serve only models without a sealed key, the edge refuses
 // engine keys.
 func (a *App) secretsKeys() (*sealed.PrivateKey, *sealed.PublicKey, error) {
@@ -45,7 +46,7 @@ func (a *App) secretsKeys() (*sealed.PrivateKey, *sealed.PublicKey, error) {
 }
 
 func (a *App) loadSecrets() (r secretsResult) {
-	if a.runsModule("workers") {
+	if a.runsModule("workers") || a.runsModule("batch") {
 		r.priv, r.err = a.loadPrivateKey()
 		if r.err != nil {
 			return r
@@ -108,7 +109,7 @@ func (a *App) loadPrivateKey() (*sealed.PrivateKey, error) {
 			return nil, fmt.Errorf("secrets key: %w", err)
 		}
 	default:
-		a.log.Warn("the workers have no secrets key: models whose engine API key is sealed are not served (set AIFORGE_SECRETS_KEY_FILE or give a data dir)")
+		a.log.Warn("no secrets key: the workers serve no model whose engine API key is sealed, the batch service delivers no signed webhook (set AIFORGE_SECRETS_KEY_FILE or give a data dir)")
 		return nil, nil
 	}
 	if created {

@@ -275,17 +275,20 @@ func table() map[string]Permissions {
 	// BATCH stream, dispatches them to workers on the batch family only
 	// (never aiforge.infer.v1.>), writes results and the output and error
 	// files (records in the files bucket), updates the batch records and
-	// answers scheduler queries. Its consumers are one per batch, so its
-	// consumer grant covers the BATCH stream, which only it reads.
+	// answers scheduler queries. Its line consumers are one durable per
+	// batch ("batch-lines-<id>", created, pulled, acknowledged, listed at
+	// start to find those a stopped service left, deleted with the batch's
+	// lines and results, which it purges), so its consumer grant covers
+	// the BATCH stream, which only it reads; "batch-webhooks" delivers the
+	// final statuses and dead-letters what its tenants' endpoints refuse.
 	batch := (&grant{}).inbox(Batch).streamInfo().
 		s(events.BatchQuery).
 		p(batchInferAll, inferCtlAll).
 		p(ev(events.TypeBatchLineV1), ev(events.TypeBatchResultV1), ev(events.TypeBatchFinishedV1)).
 		ordered(events.StreamBatch).
-		p(api+"CONSUMER.DURABLE.CREATE."+events.StreamBatch+".>", api+"CONSUMER.MSG.NEXT."+events.StreamBatch+".>",
-			"$JS.ACK."+events.StreamBatch+".>", api+"STREAM.PURGE."+events.StreamBatch,
-			api+"STREAM.MSG.DELETE."+events.StreamBatch, api+"CONSUMER.LIST."+events.StreamBatch,
-			api+"CONSUMER.NAMES."+events.StreamBatch, events.DeadLetter(events.StreamBatch, "*")).
+		p(api+"CONSUMER.MSG.NEXT."+events.StreamBatch+".>", "$JS.ACK."+events.StreamBatch+".>",
+			api+"STREAM.PURGE."+events.StreamBatch, api+"CONSUMER.LIST."+events.StreamBatch,
+			events.DeadLetter(events.StreamBatch, "batch-webhooks")).
 		kvWrite(events.BucketBatches, events.BucketFiles).
 		kvRead(events.BucketBatchQueues, events.BucketWorkers, events.BucketModels, events.BucketTenants)
 	put(Batch, batch, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
