@@ -716,6 +716,11 @@ func (a *App) buildSupervisor() (func(context.Context) error, func() bool, error
 	if a.opts.DataDir != "" {
 		scfg.AdapterDir = filepath.Join(a.opts.DataDir, "adapters")
 		scfg.ModelsDir = filepath.Join(a.opts.DataDir, "models")
+		if scfg.WorkerDefaults.EngineDir == "" {
+			// Supervised engines keep their files (an Ollama's models, the
+			// engine log) with the process's data.
+			scfg.WorkerDefaults.EngineDir = filepath.Join(a.opts.DataDir, "engines")
+		}
 	}
 	sup, err := supervisor.New(scfg,
 		supervisor.Deps{NC: nc, JS: js, Logger: a.log, Metrics: m, Tracer: a.tracer(), Objects: objects})

@@ -132,6 +132,79 @@ type Batch struct {
 	CancelledAt      *int64            `json:"cancelled_at"`
 	RequestCounts    RequestCounts     `json:"request_counts"`
 	Metadata         map[string]string `json:"metadata"`
+	// Model is the model the lines ask for (known once validated).
+	Model string `json:"model,omitempty"`
+	// Usage sums the tokens of the answered lines (set when the batch
+	// ends).
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is a batch's token usage, in the Responses API's words as
+// OpenAI's batch object has it.
+type Usage struct {
+	InputTokens         int64               `json:"input_tokens"`
+	InputTokensDetails  InputTokensDetails  `json:"input_tokens_details"`
+	OutputTokens        int64               `json:"output_tokens"`
+	OutputTokensDetails OutputTokensDetails `json:"output_tokens_details"`
+	TotalTokens         int64               `json:"total_tokens"`
+}
+
+// InputTokensDetails break input tokens down.
+type InputTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// OutputTokensDetails break output tokens down.
+type OutputTokensDetails struct {
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+}
+
+// AddAnswer adds the usage of one answer body: a chat completion's or
+// completion's (prompt_tokens, completion_tokens), an embedding's
+// (prompt_tokens) or a response's (input_tokens, output_tokens).
+func (u *Usage) AddAnswer(body []byte) {
+	var a struct {
+		Usage *struct {
+			PromptTokens        int64 `json:"prompt_tokens"`
+			CompletionTokens    int64 `json:"completion_tokens"`
+			InputTokens         int64 `json:"input_tokens"`
+			OutputTokens        int64 `json:"output_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+			InputTokensDetails *struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+			CompletionTokensDetails *struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+			} `json:"completion_tokens_details"`
+			OutputTokensDetails *struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+			} `json:"output_tokens_details"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &a) != nil || a.Usage == nil {
+		return
+	}
+	x := a.Usage
+	in, out := x.PromptTokens+x.InputTokens, x.CompletionTokens+x.OutputTokens
+	u.InputTokens += in
+	u.OutputTokens += out
+	u.TotalTokens += in + out
+	for _, d := range []*struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	}{x.PromptTokensDetails, x.InputTokensDetails} {
+		if d != nil {
+			u.InputTokensDetails.CachedTokens += d.CachedTokens
+		}
+	}
+	for _, d := range []*struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	}{x.CompletionTokensDetails, x.OutputTokensDetails} {
+		if d != nil {
+			u.OutputTokensDetails.ReasoningTokens += d.ReasoningTokens
+		}
+	}
 }
 
 // Record is what events.BucketBatches stores under Key(Tenant, ID).

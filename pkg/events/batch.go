@@ -59,8 +59,10 @@ func (l BatchLineV1) Validate() error {
 
 // BatchResultV1 is one line's outcome: the engine's answer (StatusCode and
 // Body) or an error (ErrorCode, ErrorMessage). Its envelope id is the
-// line's LineID, and the file writer keeps the first result of each index,
-// so a line reported twice appears once in the batch's files.
+// line's LineID plus "-result" (the line itself holds LineID in the same
+// stream's duplicate window), and the file writer keeps the first result
+// of each index, so a line reported twice appears once in the batch's
+// files.
 type BatchResultV1 struct {
 	BatchID  string `json:"batch_id"`
 	Tenant   string `json:"tenant"`

@@ -41,7 +41,7 @@ type spooled struct {
 // input order. A file that would be empty is not written (nil id). The
 // lines are spooled to a temporary file, so memory holds only their
 // offsets whatever the answers weigh.
-func (s *Service) writeFiles(ctx context.Context, rec api.Record) (out, errFile *string, counts api.RequestCounts, err error) {
+func (s *Service) writeFiles(ctx context.Context, rec api.Record, usage *api.Usage) (out, errFile *string, counts api.RequestCounts, err error) {
 	total := rec.RequestCounts.Total
 	counts.Total = total
 	spool, err := os.CreateTemp(s.cfg.TempDir, "aiforge-batch-*.jsonl")
@@ -59,7 +59,7 @@ func (s *Service) writeFiles(ctx context.Context, rec api.Record) (out, errFile 
 		if res.Index < 0 || res.Index >= total || lines[res.Index].set {
 			return nil
 		}
-		b, err := s.outputLine(ctx, res)
+		b, err := s.outputLine(ctx, res, usage)
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (s *Service) writeFiles(ctx context.Context, rec api.Record) (out, errFile 
 }
 
 // outputLine is a result as a line of the output or error file.
-func (s *Service) outputLine(ctx context.Context, res *events.BatchResultV1) ([]byte, error) {
+func (s *Service) outputLine(ctx context.Context, res *events.BatchResultV1, usage *api.Usage) ([]byte, error) {
 	ol := api.OutputLine{ID: "batch_req_" + digest(res.RequestID), CustomID: res.CustomID}
 	if res.StatusCode != 0 {
 		body := res.Body
@@ -143,6 +143,9 @@ func (s *Service) outputLine(ctx context.Context, res *events.BatchResultV1) ([]
 			body = json.RawMessage("null")
 		}
 		ol.Response = &api.OutputResponse{StatusCode: res.StatusCode, RequestID: res.RequestID, Body: body}
+		if res.Succeeded() && usage != nil {
+			usage.AddAnswer(body)
+		}
 	} else {
 		ol.Error = &api.OutputError{Code: res.ErrorCode, Message: res.ErrorMessage}
 	}

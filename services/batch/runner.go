@@ -49,6 +49,8 @@ type runner struct {
 	failed      int64
 	countsDirty bool
 	allDone     chan struct{}
+	// usage is the answered lines' usage, once the files are written.
+	usage *api.Usage
 }
 
 func newRunner(s *Service, key string, rec api.Record, rev uint64) *runner {
@@ -403,10 +405,14 @@ func (r *runner) finalize(status string) error {
 			}
 		}
 	}
-	out, errFile, counts, err := r.s.writeFiles(r.ctx, rec)
+	var usage api.Usage
+	out, errFile, counts, err := r.s.writeFiles(r.ctx, rec, &usage)
 	if err != nil {
 		return fmt.Errorf("files: %w", err)
 	}
+	r.mu.Lock()
+	r.usage = &usage
+	r.mu.Unlock()
 	return r.finish(status, out, errFile, counts, nil)
 }
 
@@ -437,6 +443,9 @@ func (r *runner) finish(status string, out, errFile *string, counts api.RequestC
 			v.CancelledAt = now
 		}
 		v.OutputFileID, v.ErrorFileID = out, errFile
+		r.mu.Lock()
+		v.Usage = r.usage
+		r.mu.Unlock()
 		if status != api.StatusFailed {
 			v.RequestCounts.Completed, v.RequestCounts.Failed = counts.Completed, counts.Failed
 		}

@@ -244,6 +244,7 @@ func (r *runner) validate(rec api.Record) error {
 		cur.Status = api.StatusInProgress
 		cur.InProgressAt = unixNow()
 		cur.Models = []string{v.model}
+		cur.Model = v.model
 		cur.RequestCounts = api.RequestCounts{Total: v.lines}
 		cur.EstimatedTokens = v.tokens
 		cur.Expiry = exp
