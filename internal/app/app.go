@@ -250,6 +250,11 @@ func New(opts Options) (*App, error) {
 	if _, err := order(opts.Targets); err != nil {
 		return nil, err
 	}
+	if opts.Edge.BatchWindow == 0 {
+		// One batch window for the edge (which sets expires_at) and the
+		// batch service (which expires the lines).
+		opts.Edge.BatchWindow = opts.Batch.Window
+	}
 	if opts.DataDir != "" {
 		// Absolute from the start: the paths under it travel to other
 		// processes (an engine loads models/<model>/current and the LoRA
