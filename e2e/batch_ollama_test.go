@@ -21,7 +21,7 @@ import (
 // with every custom_id answered once.
 func TestBatchThroughASupervisedOllamaSurvivesItsCrash(t *testing.T) {
 	bin := ollamaBinary(t)
-	const lines = 40
+	const lines = 1000
 	dir := t.TempDir()
 	if err := ggufgen.WriteFile(filepath.Join(dir, "tiny.gguf"), ggufgen.Config{Seed: 13}); err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestBatchThroughASupervisedOllamaSurvivesItsCrash(t *testing.T) {
 	s.waitServed(key, "tiny-chat")
 
 	c := sdkClient(s, key)
-	b := submitBatch(t, c, batchLines("tiny-chat", "o", lines, 4), nil)
+	b := submitBatch(t, c, batchLines("tiny-chat", "o", lines, 16), nil)
 	mid := waitBatch(t, c, b.ID, 3*time.Minute, func(b *openai.Batch) bool { return b.RequestCounts.Completed >= 5 || final(b) }, "5 lines done")
 	if final(mid) {
 		t.Fatalf("the batch ended before the engine could be killed: %s", mid.RawJSON())
