@@ -14,12 +14,23 @@ func benchCmd() *cobra.Command {
 	var o bench.Options
 	var engine string
 	var soak bench.SoakOptions
+	var batchRun bool
+	var bo bench.BatchOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if batchRun {
+				bo.Progress = os.Stderr
+				rep, err := bench.RunBatch(cmd.Context(), bo)
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			}
 			if soak.Duration > 0 {
 				soak.Progress, soak.Tokens = os.Stderr, o.Tokens
 				_, err := bench.Soak(cmd.Context(), soak, cmd.OutOrStdout())
@@ -54,5 +65,9 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
 	c.Flags().StringVar(&engine, "engine", "sim", "engine simulator mode: sim, or llama-like (headers and body in separate writes without TCP_NODELAY; non-streamed latency, direct vs aiforge; default 200 requests)")
 	soak.AddFlags(c.Flags())
+	c.Flags().BoolVar(&batchRun, "batch", false, "measure lines/s through the batch tier against the simulator's direct capacity (--batch-lines, --batch-slots, --batch-line-latency)")
+	c.Flags().IntVar(&bo.Lines, "batch-lines", 4000, "with --batch: lines in the batch, and requests of the direct run")
+	c.Flags().IntVar(&bo.Slots, "batch-slots", 16, "with --batch: the worker's slots, and the direct run's concurrency")
+	c.Flags().DurationVar(&bo.LineLatency, "batch-line-latency", 50*time.Millisecond, "with --batch: the simulator's time per line")
 	return c
 }

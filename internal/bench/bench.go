@@ -68,9 +68,12 @@ func us(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microse
 // usage on) with one model bound to the simulator.
 type Env struct {
 	Direct, Gateway target
-	// Sim is the engine simulator.
-	Sim   *enginesim.Sim
-	close func()
+	// Sim is the engine simulator, at EngineURL (ending in /v1).
+	Sim       *enginesim.Sim
+	EngineURL string
+	// Admin is the admin API client, Tenant the tenant's API client.
+	Admin, Tenant *cli.Client
+	close         func()
 }
 
 // Close stops everything Setup started.
@@ -146,7 +149,10 @@ func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config, 
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
 	env := &Env{
-		Sim:     engine,
+		Sim:       engine,
+		EngineURL: engineURL,
+		Admin:     cl,
+		Tenant:    &cli.Client{BaseURL: base, Token: key.Key},
 		Direct:  target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
 		Gateway: target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
 		close:   cleanup,

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkGateway compares calling the engine simulator directly with
@@ -61,5 +63,20 @@ func TestLlamaRuns(t *testing.T) {
 	}
 	if rep.Aiforge.P50 <= 0 || rep.Direct.P50 <= 0 || rep.DirectQuickAck.P50 <= 0 || rep.DirectStream.P50 <= 0 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestBatchBenchRuns(t *testing.T) {
+	rep, err := RunBatch(context.Background(), BatchOptions{Lines: 60, Slots: 4, LineLatency: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.DirectRPS <= 0 || rep.BatchLPS <= 0 || rep.BatchWall <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	var b strings.Builder
+	rep.Print(&b)
+	if !strings.Contains(b.String(), "ratio:") {
+		t.Fatalf("printed %q", b.String())
 	}
 }
