@@ -153,9 +153,9 @@ func SetupEngine(ctx context.Context, progress io.Writer, sim enginesim.Config, 
 		EngineURL: engineURL,
 		Admin:     cl,
 		Tenant:    &cli.Client{BaseURL: base, Token: key.Key},
-		Direct:  target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
-		Gateway: target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
-		close:   cleanup,
+		Direct:    target{hc: hc, url: engineURL + "/chat/completions", model: "bench-upstream"},
+		Gateway:   target{hc: hc, url: base + "/v1/chat/completions", model: "bench", key: key.Key},
+		close:     cleanup,
 	}
 	if err := waitServed(ctx, env.Gateway); err != nil {
 		return fail(err)
