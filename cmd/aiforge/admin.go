@@ -424,8 +424,8 @@ func modelsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if baseURL == "" && (!ef.supervised() || ef.port == 0) {
-				return fmt.Errorf("--base-url is required (or --process-kind with --process-port, for an engine the worker supervises)")
+			if baseURL == "" && !ef.supervised() {
+				return fmt.Errorf("--base-url is required (or --process-kind, for an engine the worker supervises on a loopback port)")
 			}
 			if upstream == "" {
 				if !ef.supervised() {
@@ -494,7 +494,11 @@ func modelsCmd() *cobra.Command {
 			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/models", in, &m); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "registered model %s -> %s (%s)\n", m.Name, m.Engine.BaseURL, m.Engine.Model)
+			where := m.Engine.BaseURL
+			if where == "" && ef.supervised() {
+				where = "a " + ef.kind + " its worker starts"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "registered model %s -> %s (%s)\n", m.Name, where, m.Engine.Model)
 			if wait > 0 {
 				if err := waitServing(cmd, cl, m.Name, wait); err != nil {
 					return err
@@ -505,7 +509,7 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	register.Flags().DurationVar(&wait, "wait", 0, "wait this long for a worker to serve the model; fail with its engine's error (0 = do not wait)")
-	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required unless --process-kind and --process-port)")
+	register.Flags().StringVar(&baseURL, "base-url", "", "engine base URL ending in /v1 (required unless --process-kind: a supervised engine's URL is its loopback port)")
 	register.Flags().StringVar(&upstream, "upstream", "", "model name the engine serves (required; for a supervised engine default NAME)")
 	register.Flags().StringVar(&keyEnv, "engine-api-key-env", "", "environment variable holding the engine's API key")
 	register.Flags().IntVar(&maxConc, "max-concurrency", 0, "requests sent to the engine at once (default: what the engine reports, llama-server's /props total_slots, else 64; for vLLM set its --max-num-seqs)")

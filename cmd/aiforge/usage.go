@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,6 +105,7 @@ func usageReportCmd() *cobra.Command {
 				start                           time.Time
 				project, key, model             string
 				requests, input, cached, output int64
+				batch                           string
 			}
 			var rows []row
 			page := ""
@@ -118,8 +120,12 @@ func usageReportCmd() *cobra.Command {
 				}
 				for _, b := range p.Data {
 					for _, r := range b.Results {
+						batch := ""
+						if r.Batch != nil {
+							batch = strconv.FormatBool(*r.Batch)
+						}
 						rows = append(rows, row{time.Unix(b.StartTime, 0).UTC(), str(r.ProjectID), str(r.APIKeyID), str(r.Model),
-							r.NumModelRequests, r.InputTokens, r.InputCachedTokens, r.OutputTokens})
+							r.NumModelRequests, r.InputTokens, r.InputCachedTokens, r.OutputTokens, batch})
 					}
 				}
 				if !p.HasMore || p.NextPage == nil {
@@ -155,12 +161,21 @@ func usageReportCmd() *cobra.Command {
 			if bucket != "1d" {
 				layout = "2006-01-02 15:04"
 			}
+			byBatch := slices.Contains(strings.Split(groupBy, ","), "batch")
 			if asCSV {
 				w := csv.NewWriter(out)
-				_ = w.Write([]string{"bucket_start", "project_id", "api_key_id", "model", "requests", "input_tokens", "input_cached_tokens", "output_tokens"})
+				head := []string{"bucket_start", "project_id", "api_key_id", "model", "requests", "input_tokens", "input_cached_tokens", "output_tokens"}
+				if byBatch {
+					head = append(head, "batch")
+				}
+				_ = w.Write(head)
 				for _, r := range rows {
-					_ = w.Write([]string{r.start.Format(time.RFC3339), r.project, r.key, r.model, strconv.FormatInt(r.requests, 10),
-						strconv.FormatInt(r.input, 10), strconv.FormatInt(r.cached, 10), strconv.FormatInt(r.output, 10)})
+					rec := []string{r.start.Format(time.RFC3339), r.project, r.key, r.model, strconv.FormatInt(r.requests, 10),
+						strconv.FormatInt(r.input, 10), strconv.FormatInt(r.cached, 10), strconv.FormatInt(r.output, 10)}
+					if byBatch {
+						rec = append(rec, r.batch)
+					}
+					_ = w.Write(rec)
 				}
 				w.Flush()
 				return w.Error()
@@ -170,10 +185,18 @@ func usageReportCmd() *cobra.Command {
 				if r.requests == 0 && r.input == 0 && r.output == 0 {
 					continue
 				}
-				table = append(table, []string{r.start.Format(layout), r.project, r.key, r.model, strconv.FormatInt(r.requests, 10),
-					strconv.FormatInt(r.input, 10), strconv.FormatInt(r.cached, 10), strconv.FormatInt(r.output, 10)})
+				rec := []string{r.start.Format(layout), r.project, r.key, r.model, strconv.FormatInt(r.requests, 10),
+					strconv.FormatInt(r.input, 10), strconv.FormatInt(r.cached, 10), strconv.FormatInt(r.output, 10)}
+				if byBatch {
+					rec = append(rec, r.batch)
+				}
+				table = append(table, rec)
 			}
-			cli.Table(out, []string{"BUCKET", "PROJECT", "API KEY", "MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT"}, table)
+			head := []string{"BUCKET", "PROJECT", "API KEY", "MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT"}
+			if byBatch {
+				head = append(head, "BATCH")
+			}
+			cli.Table(out, head, table)
 			// Per-day totals as bars.
 			days := map[string]int64{}
 			var order []string
@@ -193,7 +216,7 @@ func usageReportCmd() *cobra.Command {
 	c.Flags().StringVar(&from, "from", "", "start: a date (2026-11-01), RFC 3339, unix seconds, or how long ago (7d, 36h); default 7d")
 	c.Flags().StringVar(&to, "to", "", "end (default now)")
 	c.Flags().StringVar(&bucket, "bucket", "1d", "bucket width: 1m, 1h or 1d")
-	c.Flags().StringVar(&groupBy, "group-by", "model", "comma-separated: project_id, api_key_id, model")
+	c.Flags().StringVar(&groupBy, "group-by", "model", "comma-separated: project_id, api_key_id, model, batch (completions only: batch lines apart from real-time requests)")
 	c.Flags().StringVar(&kind, "kind", "completions", "completions or embeddings")
 	c.Flags().BoolVar(&asCSV, "csv", false, "print CSV instead of the table and chart")
 	return c

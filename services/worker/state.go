@@ -97,6 +97,12 @@ func (r *reporter) failed(state string, rep engine.Report, err error) {
 		st.State = state
 		st.LastError = err.Error()
 		st.LastErrorAt = time.Now().UTC()
+		if p := st.Process; p != nil && p.State != registry.ProcessServing && p.LastError != "" {
+			// The engine is not reachable because its process does not
+			// run: say why it does not, rather than that it refused a
+			// connection.
+			st.LastError = "engine process " + p.State + ": " + p.LastError
+		}
 		if rep.UpstreamVerified {
 			st.UpstreamVerified = true
 		}
