@@ -44,7 +44,8 @@ type responsesBody struct {
 	} `json:"tools"`
 }
 
-type chatMessage struct {
+// ChatMessage is a chat completions message with text content.
+type ChatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
@@ -66,12 +67,12 @@ func ResponsesToChat(body []byte) (chat []byte, model string, err error) {
 		}
 		return nil, "", &ResponsesError{Param: "tools", Message: ErrResponsesFileSearch.Error(), Err: ErrResponsesFileSearch}
 	}
-	msgs, err := responsesInput(req.Input)
+	msgs, err := ResponsesInput(req.Input)
 	if err != nil {
 		return nil, "", &ResponsesError{Param: "input", Message: err.Error()}
 	}
 	if req.Instructions != nil && *req.Instructions != "" {
-		msgs = append([]chatMessage{{Role: "system", Content: *req.Instructions}}, msgs...)
+		msgs = append([]ChatMessage{{Role: "system", Content: *req.Instructions}}, msgs...)
 	}
 	out := map[string]any{"model": req.Model, "messages": msgs}
 	if req.MaxOutputTokens != nil {
@@ -93,15 +94,15 @@ func ResponsesToChat(body []byte) (chat []byte, model string, err error) {
 	return chat, req.Model, nil
 }
 
-// responsesInput reads the Responses API input: a string, or a list of
+// ResponsesInput reads the Responses API input: a string, or a list of
 // messages whose content is a string or a list of input_text parts.
-func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
+func ResponsesInput(raw json.RawMessage) ([]ChatMessage, error) {
 	if len(raw) == 0 {
 		return nil, errors.New("missing required parameter")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return []chatMessage{{Role: "user", Content: s}}, nil
+		return []ChatMessage{{Role: "user", Content: s}}, nil
 	}
 	var items []struct {
 		Role    string          `json:"role"`
@@ -110,7 +111,7 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
 		return nil, errors.New("expected a string or a list of messages")
 	}
-	out := make([]chatMessage, 0, len(items))
+	out := make([]ChatMessage, 0, len(items))
 	for _, it := range items {
 		var text string
 		if json.Unmarshal(it.Content, &text) != nil {
@@ -131,7 +132,7 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 		if role == "" {
 			role = "user"
 		}
-		out = append(out, chatMessage{Role: role, Content: text})
+		out = append(out, ChatMessage{Role: role, Content: text})
 	}
 	return out, nil
 }

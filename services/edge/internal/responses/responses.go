@@ -9,8 +9,8 @@ package responses
 
 import (
 	"encoding/json"
-	"errors"
-	"strings"
+
+	"github.com/aiforge/aiforge/pkg/contracts"
 )
 
 type responsesRequest struct {
@@ -32,50 +32,13 @@ type responsesRequest struct {
 	} `json:"tools"`
 }
 
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+// chatMessage is a chat completions message (pkg/contracts, shared with
+// the batch service's /v1/responses lines).
+type chatMessage = contracts.ChatMessage
 
 // inputMessages reads the Responses API input: a string, or a list of
 // messages whose content is a string or input_text parts.
-func inputMessages(raw json.RawMessage) ([]chatMessage, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return []chatMessage{{Role: "user", Content: s}}, nil
-	}
-	var items []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
-		return nil, errors.New("expected a string or a list of messages")
-	}
-	out := make([]chatMessage, 0, len(items))
-	for _, it := range items {
-		var text string
-		if json.Unmarshal(it.Content, &text) != nil {
-			var parts []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(it.Content, &parts); err != nil {
-				return nil, errors.New("message content must be a string or a list of input_text parts")
-			}
-			var b strings.Builder
-			for _, p := range parts {
-				b.WriteString(p.Text)
-			}
-			text = b.String()
-		}
-		role := it.Role
-		if role == "" {
-			role = "user"
-		}
-		out = append(out, chatMessage{Role: role, Content: text})
-	}
-	return out, nil
-}
+func inputMessages(raw json.RawMessage) ([]chatMessage, error) { return contracts.ResponsesInput(raw) }
 
 type citation struct {
 	Type     string `json:"type"`
