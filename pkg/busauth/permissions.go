@@ -190,13 +190,15 @@ func table() map[string]Permissions {
 	// catalog, the caller of the usage and retriever queries.
 	edge := (&grant{}).inbox(Edge).streamInfo().
 		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery).
-		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageCorrectedV1)).
+		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV4), ev(events.TypeUsageCorrectedV1)).
+		p(ev(events.TypeAdmissionVerdictV1)).
 		p(ev(events.TypeDocIngestRequestedV1), ev(events.TypeDocRemovedV1)).
 		p(ev(events.TypeModelUploadedV1), ev(events.TypeModelPullRequestedV1)).
 		kvWrite(registryBuckets...).kvWrite(catalogBuckets...).
 		kvWrite(events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles,
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
 		kvWrite(events.BucketBatches, events.BucketBatchQueues).
+		kvWrite(events.BucketRouters, events.BucketSemanticCache).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
 		kvRead(events.BucketWorkers).
@@ -218,7 +220,7 @@ func table() map[string]Permissions {
 	worker := (&grant{}).inbox(Worker).streamInfo().
 		s(inferAll, embedAll, batchInferAll, inferCtlAll).
 		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever), bridgeReplies(Batch)).
-		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3)).
+		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3), ev(events.TypeUsageRecordedV4)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
 		kvWrite(events.BucketWorkers)
 	put(Worker, worker, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})

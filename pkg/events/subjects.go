@@ -63,6 +63,13 @@ const (
 	// name. It never carries a hub token.
 	TypeModelPullRequestedV1 = "aiforge.models.pull.requested.v1"
 
+	// TypeUsageRecordedV4 is UsageRecordedV4, keyed by tenant: a request
+	// with an admission verdict, a route class or a cache hit.
+	TypeUsageRecordedV4 = "aiforge.usage.recorded.v4"
+
+	// TypeAdmissionVerdictV1 is AdmissionVerdictV1, keyed by tenant.
+	TypeAdmissionVerdictV1 = "aiforge.admission.verdict.v1"
+
 	// TypeBatchLineV1 is BatchLineV1, keyed by batch id: one request line
 	// of a validated batch, durable work for the batch dispatcher.
 	TypeBatchLineV1 = "aiforge.batch.line.v1"
@@ -98,6 +105,8 @@ const (
 	ModelsUploadedAll      = "aiforge.models.uploaded.*.*"
 	ModelsVerdictAll       = "aiforge.models.verdict.*.*"
 	ModelsPullRequestedAll = "aiforge.models.pull.requested.*.*"
+
+	AdmissionVerdictAll = "aiforge.admission.verdict.*.*"
 
 	BatchLinesAll    = "aiforge.batch.line.*.*"
 	BatchResultsAll  = "aiforge.batch.result.*.*"
@@ -141,6 +150,12 @@ const (
 	StreamBatch = "BATCH"
 	// BatchAll matches every batch event.
 	BatchAll = "aiforge.batch.>"
+
+	// StreamAdmission holds admission verdicts (categories and scores,
+	// never prompt text).
+	StreamAdmission = "ADMISSION"
+	// AdmissionAll matches every admission event.
+	AdmissionAll = "aiforge.admission.>"
 
 	StreamDeadLetter = "DEADLETTER"
 	// DeadLetterAll matches every dead letter.
@@ -277,6 +292,13 @@ const (
 	// classes, pools with their quotas, cohorts and tenant queues
 	// (pkg/batch.QueueConfig).
 	BucketBatchQueues = "aiforge_batch_queues"
+	// BucketRouters holds routers (registry.Router): model names whose
+	// requests go to the model or tool of their route class.
+	BucketRouters = "aiforge_routers"
+	// BucketSemanticCache holds cached answers of the models that opted in
+	// (registry.CachePolicy), keyed by tenant and model first, each with
+	// its own TTL.
+	BucketSemanticCache = "aiforge_semantic_cache"
 )
 
 // WorkerStateTTL is how long a worker replica's state lives in

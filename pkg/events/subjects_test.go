@@ -38,13 +38,14 @@ var eventFilters = []string{
 	DocsIngestRequestedAll, DocsChunkedAll, DocsEmbeddedAll, DocsIndexedAll, DocsFailedAll, DocsRemovedAll,
 	ModelsUploadedAll, ModelsVerdictAll, ModelsPullRequestedAll,
 	BatchLinesAll, BatchResultsAll, BatchFinishedAll,
+	AdmissionVerdictAll,
 }
 
 // TestEventSubjects holds every event type to the scheme: published on its
 // type name plus one token, captured by exactly one stream, matched by
 // exactly one of the named filters, and the stream of its domain.
 func TestEventSubjects(t *testing.T) {
-	domainStream := map[string]string{"usage": StreamUsage, "budget": StreamBudget, "docs": StreamDocs, "models": StreamModels, "batch": StreamBatch}
+	domainStream := map[string]string{"usage": StreamUsage, "budget": StreamBudget, "docs": StreamDocs, "models": StreamModels, "batch": StreamBatch, "admission": StreamAdmission}
 	seen := map[string]string{}
 	for _, ev := range goldenEvents {
 		typ, subj := ev.EventType(), ev.Subject()

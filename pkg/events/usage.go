@@ -150,6 +150,107 @@ func (u UsageRecordedV3) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Admission actions (UsageRecordedV4.AdmissionAction,
+// AdmissionVerdictV1.Action).
+const (
+	AdmissionAllowed = "allow"
+	AdmissionFlagged = "flag"
+	AdmissionBlocked = "block"
+)
+
+// Cache outcomes (UsageRecordedV4.Cache).
+const (
+	CacheExact   = "exact"
+	CacheSimilar = "similar"
+)
+
+// UsageRecordedV4 is UsageRecordedV3 plus what admission decided: the
+// verdict of a flagged (or judged) prompt, the router and route class a
+// request went through, and whether the semantic cache answered it (then
+// its prompt tokens are all cached and no completion was generated). Its
+// JSON is V3's fields, flat, plus these.
+type UsageRecordedV4 struct {
+	UsageRecordedV3
+	AdmissionAction   string  `json:"admission_action"`
+	AdmissionCategory string  `json:"admission_category"`
+	AdmissionScore    float64 `json:"admission_score"`
+	Router            string  `json:"router"`
+	RouteClass        string  `json:"route_class"`
+	Cache             string  `json:"cache"`
+}
+
+// EventType implements Event.
+func (UsageRecordedV4) EventType() string { return TypeUsageRecordedV4 }
+
+// Subject implements Event.
+func (u UsageRecordedV4) Subject() string { return Subject(TypeUsageRecordedV4, u.Tenant) }
+
+// Validate implements Event.
+func (u UsageRecordedV4) Validate() error {
+	errs := []error{u.UsageRecordedV3.Validate()}
+	switch u.AdmissionAction {
+	case "", AdmissionAllowed, AdmissionFlagged:
+	default:
+		errs = append(errs, fmt.Errorf("admission_action %q is not one of allow, flag", u.AdmissionAction))
+	}
+	if u.AdmissionScore < 0 || u.AdmissionScore > 1 {
+		errs = append(errs, errors.New("admission_score must be between 0 and 1"))
+	}
+	if (u.Router == "") != (u.RouteClass == "") {
+		errs = append(errs, errors.New("router and route_class go together"))
+	}
+	switch u.Cache {
+	case "", CacheExact, CacheSimilar:
+	default:
+		errs = append(errs, fmt.Errorf("cache %q is not one of exact, similar", u.Cache))
+	}
+	return errors.Join(errs...)
+}
+
+// AdmissionVerdictV1 is one admission decision: what the classifier found
+// in a request and what the edge did. It never carries prompt text. Its
+// envelope id is the request id.
+type AdmissionVerdictV1 struct {
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	KeyID     string `json:"key_id"`
+	Model     string `json:"model"`
+	Endpoint  string `json:"endpoint"`
+	// Action is AdmissionBlocked, AdmissionFlagged or AdmissionAllowed.
+	Action     string  `json:"action"`
+	Category   string  `json:"category"`
+	Score      float64 `json:"score"`
+	Classifier string  `json:"classifier"`
+	// PII lists the kinds of personal data found (email, phone, iban,
+	// card, api_key), and PIIAction what was done (mask, block, "").
+	PII       []string  `json:"pii,omitempty"`
+	PIIAction string    `json:"pii_action,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// EventType implements Event.
+func (AdmissionVerdictV1) EventType() string { return TypeAdmissionVerdictV1 }
+
+// Subject implements Event.
+func (v AdmissionVerdictV1) Subject() string { return Subject(TypeAdmissionVerdictV1, v.Tenant) }
+
+// Validate implements Event.
+func (v AdmissionVerdictV1) Validate() error {
+	var errs []error
+	if v.RequestID == "" || v.Tenant == "" || v.At.IsZero() {
+		errs = append(errs, errors.New("request_id, tenant and at are required"))
+	}
+	switch v.Action {
+	case AdmissionAllowed, AdmissionFlagged, AdmissionBlocked:
+	default:
+		errs = append(errs, fmt.Errorf("action %q is not one of allow, flag, block", v.Action))
+	}
+	if v.Score < 0 || v.Score > 1 {
+		errs = append(errs, errors.New("score must be between 0 and 1"))
+	}
+	return errors.Join(errs...)
+}
+
 // UsageCorrectedV1 is a compensating event: it adds (possibly negative)
 // deltas to the ledger bucket of an earlier request, which is never edited.
 type UsageCorrectedV1 struct {

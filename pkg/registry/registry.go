@@ -40,6 +40,9 @@ type Tenant struct {
 	Limits
 	// Webhook, when set, receives the tenant's batch events.
 	Webhook *Webhook `json:"webhook,omitempty"`
+	// Admission is what the edge does with the tenant's prompts (nil: off;
+	// new tenants get block).
+	Admission *AdmissionPolicy `json:"admission,omitempty"`
 }
 
 // Webhook events.
@@ -120,6 +123,8 @@ type Key struct {
 	Models    []string  `json:"models"`
 	CreatedAt time.Time `json:"created_at"`
 	Limits
+	// Admission overrides the tenant's admission policy field by field.
+	Admission *AdmissionPolicy `json:"admission,omitempty"`
 }
 
 // Allows reports whether the key may use model ("*" allows all).
@@ -262,9 +267,11 @@ type Model struct {
 	// ContextWindow is the model's context length in tokens (0: unknown;
 	// the engines' own reports are used then): a request whose prompt
 	// estimate plus max_tokens exceeds it goes to the next fallback.
-	ContextWindow int       `json:"context_window,omitempty"`
-	OwnedBy       string    `json:"owned_by,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
+	ContextWindow int `json:"context_window,omitempty"`
+	// Cache opts the model into the semantic cache.
+	Cache     *CachePolicy `json:"cache,omitempty"`
+	OwnedBy   string       `json:"owned_by,omitempty"`
+	CreatedAt time.Time    `json:"created_at"`
 }
 
 // AllEngines returns the model's engines: Engine, then Engines.
