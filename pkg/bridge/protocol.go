@@ -58,7 +58,12 @@ const (
 	HdrReservations = "Aiforge-Reservations"
 	// HdrBatchID names the batch of a line sent on FamilyBatch; the worker
 	// reports it in the line's usage (events.UsageRecordedV3).
-	HdrBatchID     = "Aiforge-Batch-Id"
+	HdrBatchID = "Aiforge-Batch-Id"
+	// HdrRouter and HdrRouteClass name the router and route class a
+	// request was routed through (its model was a router); the worker
+	// reports them in its usage event (events.UsageRecordedV4).
+	HdrRouter      = "Aiforge-Router"
+	HdrRouteClass  = "Aiforge-Route-Class"
 	HdrStatus      = "Aiforge-Status"
 	HdrCode        = "Aiforge-Code"
 	HdrRetryable   = "Aiforge-Retryable"

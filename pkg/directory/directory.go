@@ -40,6 +40,9 @@ const (
 	// served model name and the worker id joined by a NUL byte. Only views
 	// built with Options.Workers see it.
 	KindWorker Kind = "worker"
+	// KindRouter: a router changed; ID is its name. Only views built with
+	// Options.Routers see it.
+	KindRouter Kind = "router"
 )
 
 // Change is one update the view applied: ID is the key id, tenant id,
@@ -73,6 +76,9 @@ type Options struct {
 	// Workers, when set, makes the view follow the worker replicas' state
 	// too (Workers, ServableWorkers).
 	Workers *registry.Workers
+	// Routers, when set, makes the view follow the routers too (Router,
+	// Routers).
+	Routers bool
 }
 
 // View is the directory. Build it with New, start it with Run.
@@ -90,6 +96,7 @@ type View struct {
 	entries     *table[entry]
 	deployments *table[catalog.Deployment]
 	workers     *table[registry.WorkerState]
+	routers     *table[registry.Router]
 
 	pending    atomic.Int32 // watches that have not delivered their initial state yet
 	syncedOnce sync.Once
@@ -103,7 +110,7 @@ type entry struct {
 	createdAt        time.Time
 }
 
-const watches = 6 // and one more with Options.Workers
+const watches = 6 // and one more with each of Options.Workers and Options.Routers
 
 // New builds a stopped view over the registry and the catalog.
 func New(reg *registry.Store, cat *catalog.Store, opts Options) *View {
@@ -122,10 +129,14 @@ func New(reg *registry.Store, cat *catalog.Store, opts Options) *View {
 		entries:     newTable(func(e entry) string { return e.name }),
 		deployments: newTable(func(d catalog.Deployment) string { return d.Model }),
 		workers:     newTable(func(w registry.WorkerState) string { return w.Model + "\x00" + w.WorkerID }),
+		routers:     newTable(func(r registry.Router) string { return r.Name }),
 		synced:      make(chan struct{}),
 	}
 	n := int32(watches)
 	if opts.Workers != nil {
+		n++
+	}
+	if opts.Routers {
 		n++
 	}
 	v.pending.Store(n)
@@ -173,6 +184,13 @@ func (v *View) Run(ctx context.Context) error {
 		wg.Go(func() {
 			follow(ctx, v, KindWorker, v.workers, func(ctx context.Context, fn watchFn[registry.WorkerState]) error {
 				return w.Watch(ctx, registryWatch(fn))
+			})
+		})
+	}
+	if v.opts.Routers {
+		wg.Go(func() {
+			follow(ctx, v, KindRouter, v.routers, func(ctx context.Context, fn watchFn[registry.Router]) error {
+				return v.reg.WatchRouters(ctx, registryWatch(fn))
 			})
 		})
 	}
@@ -392,6 +410,29 @@ func (v *View) AllWorkers() []registry.WorkerState {
 	})
 	return out
 }
+
+// Router is the router name (views built with Options.Routers).
+func (v *View) Router(name string) (registry.Router, bool) {
+	v.mu.RLock()
+	r, ok := v.routers.byID[name]
+	v.mu.RUnlock()
+	return r, ok
+}
+
+// Routers lists every router, sorted by name.
+func (v *View) Routers() []registry.Router {
+	v.mu.RLock()
+	out := v.routers.values()
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b registry.Router) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// NoteRouter is NoteKey for a router.
+func (v *View) NoteRouter(r registry.Router) { noteput(v, KindRouter, v.routers, r) }
+
+// NoteRouterDeleted is NoteKeyDeleted for a router.
+func (v *View) NoteRouterDeleted(name string) { notedel(v, KindRouter, v.routers, name) }
 
 // Adapter is the published adapter name (whether or not its base is
 // registered).

@@ -41,6 +41,8 @@ import (
 	"github.com/aiforge/aiforge/services/edge/internal/models"
 	"github.com/aiforge/aiforge/services/edge/internal/reports"
 	"github.com/aiforge/aiforge/services/edge/internal/responses"
+	"github.com/aiforge/aiforge/services/edge/internal/routing"
+	"github.com/aiforge/aiforge/services/edge/internal/semcache"
 	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
 )
 
@@ -329,6 +331,7 @@ type domains struct {
 	dir        *directory.View
 	inference  *inference.Service
 	vectors    *vectorstores.Service
+	cache      *semcache.Cache
 	mux        *http.ServeMux
 	closeFuncs []func()
 }
@@ -351,7 +354,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	}
 	kvs := map[string]jetstream.KeyValue{}
 	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles,
-		events.BucketBatches, events.BucketBatchQueues} {
+		events.BucketBatches, events.BucketBatchQueues, events.BucketSemanticCache} {
 		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b, err)
 		}
@@ -365,12 +368,19 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	}
 	d := &domains{mux: http.NewServeMux(), closeFuncs: []func(){func() { _ = client.Close() }}}
 	// Revoking a key (on any replica) ends its requests in flight here.
-	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, Workers: workers, OnChange: func(c directory.Change) {
+	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, Workers: workers, Routers: true, OnChange: func(c directory.Change) {
 		if c.Kind == directory.KindKey && c.Deleted {
 			d.inference.Revoke(c.ID)
 		}
 	}})
+	d.cache, err = semcache.New(semcache.Deps{KV: kvs[events.BucketSemanticCache], Embed: client, JS: js, InstanceID: s.cfg.InstanceID,
+		Logger: s.log, Registerer: s.deps.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	routes := routing.New(routing.Deps{Directory: d.dir, Embed: client, JS: js, InstanceID: s.cfg.InstanceID, Logger: s.log})
 	d.inference = inference.New(inference.Deps{
+		Routes: routes, Cache: d.cache,
 		Client: client, Directory: d.dir, JS: js,
 		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
 		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
@@ -398,7 +408,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
 	}).Routes(d.mux)
 	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey, Budgets: kvs[events.BucketBudgets],
-		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC}).Routes(d.mux)
+		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC, Cache: d.cache}).Routes(d.mux)
 	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
 	return d, nil
@@ -451,6 +461,7 @@ func (s *Service) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.dir.Run(watchCtx) })
+	wg.Go(func() { _ = d.cache.Run(watchCtx) })
 	wg.Go(func() {
 		if err := d.vectors.RunDocStatus(watchCtx); err != nil {
 			s.log.Error("document status consumer ended", "err", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/spend"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/models"
+	"github.com/aiforge/aiforge/services/edge/internal/semcache"
 )
 
 // Deps are what the admin API needs.
@@ -43,6 +44,9 @@ type Deps struct {
 	// (events.BatchQuery), waiting up to BatchQueryTimeout (default 5s).
 	NC                *nats.Conn
 	BatchQueryTimeout time.Duration
+	// Cache is the semantic cache, purged by DELETE /admin/v1/cache; nil
+	// answers 503.
+	Cache *semcache.Cache
 }
 
 // Service is the registry admin API.
@@ -148,6 +152,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
 	s.batchRoutes(mux)
 	s.webhookRoutes(mux)
+	s.routerRoutes(mux)
 }
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Admin(s.d.AdminKey, h) }
@@ -443,20 +448,25 @@ func viewModel(m registry.Model) modelView {
 
 func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name          string            `json:"name"`
-		Engine        registry.Engine   `json:"engine"`
-		Engines       []registry.Engine `json:"engines"`
-		Routing       string            `json:"routing"`
-		Fallbacks     []string          `json:"fallbacks"`
-		ContextWindow int               `json:"context_window"`
-		OwnedBy       string            `json:"owned_by"`
-		Price         *priceIn          `json:"price"`
+		Name          string                `json:"name"`
+		Engine        registry.Engine       `json:"engine"`
+		Engines       []registry.Engine     `json:"engines"`
+		Routing       string                `json:"routing"`
+		Fallbacks     []string              `json:"fallbacks"`
+		ContextWindow int                   `json:"context_window"`
+		OwnedBy       string                `json:"owned_by"`
+		Price         *priceIn              `json:"price"`
+		Cache         *registry.CachePolicy `json:"cache"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
 	m := registry.Model{Name: req.Name, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
-		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy}
+		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy, Cache: req.Cache}
+	if e := s.checkModelName(m); e != nil {
+		contracts.Write(w, e)
+		return
+	}
 	if e := prepareEngines(&m); e != nil {
 		contracts.Write(w, e)
 		return

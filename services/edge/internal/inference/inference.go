@@ -26,6 +26,8 @@ import (
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/spend"
+	"github.com/aiforge/aiforge/services/edge/internal/routing"
+	"github.com/aiforge/aiforge/services/edge/internal/semcache"
 )
 
 // Errors that end requests in flight (the causes of their contexts).
@@ -65,6 +67,10 @@ type Deps struct {
 	// Routing tunes the choice between a model's worker replicas and the
 	// engines' cooldowns.
 	Routing RoutingConfig
+	// Routes serves routers (nil: no routers); Cache is the semantic
+	// cache (nil: none). See hooks.go.
+	Routes *routing.Service
+	Cache  *semcache.Cache
 }
 
 // Service serves inference.

@@ -22,6 +22,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
+	"github.com/aiforge/aiforge/services/edge/internal/semcache"
 )
 
 // Call is one generation to serve.
@@ -37,6 +38,11 @@ type Call struct {
 	Body []byte
 	// Start is when the request arrived; default now.
 	Start time.Time
+	// Router and RouteClass are set when the requested model was a
+	// router (hooks.go); Request.Model is then the class's model.
+	Router, RouteClass string
+	// probe is the semantic cache's miss, to keep the answer of.
+	probe *semcache.Probe
 }
 
 // Renderer writes a generation's answer in the shape of its API.
@@ -165,10 +171,17 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if len(model) > MaxModelName {
 		return &refusal{Error: errModelTooLong()}
 	}
+	if s.d.Routes != nil {
+		handled, ref := s.routeClass(w, r, &c, out)
+		if handled || ref != nil {
+			return ref
+		}
+		model = c.Request.Model
+	}
 	if _, ok := s.d.Directory.Served(model); !ok {
 		return &refusal{Error: contracts.ErrModelNotFound(model), model: model}
 	}
-	if !c.Key.Allows(model) {
+	if c.Router == "" && !c.Key.Allows(model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
 	}
 	if c.Request.MaxTokens > MaxOutputTokens {
@@ -185,6 +198,9 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	defer release()
 	if ref := s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
 		return ref
+	}
+	if s.lookupCache(w, r, &c, out) {
+		return nil
 	}
 	// The requested model's budget reservation is made here, so that a
 	// budget refusal is answered as before any routing; a fallback's is
@@ -229,6 +245,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 
 	hdr := nats.Header{}
 	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
+	routeHeaders(c, hdr)
 
 	m := s.d.Metrics
 	inFlight := m.inFlight.WithLabelValues(p.Model)
@@ -272,6 +289,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 			return nil
 		}
 	}
+	sink, assembled := cacheSink(c, sink)
 	ch := s.route(ctx, c, adm, hdr, flush, sink, &served, &log)
 	res, err := ch.res, ch.err
 	if ch.retried {
@@ -286,6 +304,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	case err == nil && p.Stream:
 		out.Done(w)
 		_ = http.NewResponseController(w).Flush()
+		s.keepAnswer(c, served, http.StatusOK, nil, assembled)
 	case err == nil:
 		status = res.Status
 		if status == 0 {
@@ -297,6 +316,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 		}
 		log.setHeaders(w.Header(), served, status)
 		out.Complete(w, status, ct, buf.Bytes())
+		s.keepAnswer(c, served, status, buf.Bytes(), nil)
 	default:
 		apiErr := s.mapError(ctx, err, orDefault(served, p.Model))
 		status = apiErr.Status

@@ -108,6 +108,12 @@ func (s *Service) listModels(w http.ResponseWriter, r *http.Request) {
 		}
 		data = append(data, o)
 	}
+	// Routers are model names too: each serves through its classes.
+	for _, rt := range s.d.Directory.Routers() {
+		if k.Allows(rt.Name) {
+			data = append(data, modelObject{ID: rt.Name, Object: "model", OwnedBy: "aiforge-router"})
+		}
+	}
 	if data == nil {
 		data = []modelObject{}
 	}
