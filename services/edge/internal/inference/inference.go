@@ -25,6 +25,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/spend"
 )
 
@@ -65,6 +66,11 @@ type Deps struct {
 	// Routing tunes the choice between a model's worker replicas and the
 	// engines' cooldowns.
 	Routing RoutingConfig
+	// Classifier judges prompts for admission (guard.NewBuiltin by
+	// default, set by the edge); nil admits every prompt unjudged. PII
+	// finds and masks personal data (guard.MaskPII); nil finds none.
+	Classifier guard.Classifier
+	PII        PIIMasker
 }
 
 // Service serves inference.
@@ -79,6 +85,9 @@ type Service struct {
 	conc concurrency
 
 	router *router
+
+	// verdicts queues admission verdict events for the publisher.
+	verdicts chan events.AdmissionVerdictV1
 }
 
 // New builds the inference path.
@@ -89,7 +98,12 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{}), router: newRouter(d.Routing, d.Now)}
+	s := &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{}), router: newRouter(d.Routing, d.Now),
+		verdicts: make(chan events.AdmissionVerdictV1, verdictQueue)}
+	if d.JS != nil && d.Streams != nil {
+		go s.publishVerdicts(d.Streams.Done())
+	}
+	return s
 }
 
 func (s *Service) now() time.Time { return s.d.Now() }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -37,6 +38,15 @@ type Call struct {
 	Body []byte
 	// Start is when the request arrived; default now.
 	Start time.Time
+	// Segments, when set, are what admission judges instead of the body's
+	// messages (the Responses API marks the file_search chunks it puts in
+	// the prompt as guard.SourceDocument).
+	Segments []guard.Segment
+	// Bridge are headers for the worker (the admission verdict, the route
+	// class: bridge.HdrAdmissionAction, HdrRouter...).
+	Bridge map[string]string
+	// requestID, when set by admission, is the request's id.
+	requestID string
 }
 
 // Renderer writes a generation's answer in the shape of its API.
@@ -174,6 +184,11 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if c.Request.MaxTokens > MaxOutputTokens {
 		return &refusal{Error: tooManyTokens(orDefault(c.Request.MaxTokensParam, "max_tokens")), model: model}
 	}
+	// Admission (prompt guard, PII) before any hold or worker call.
+	c, ref := s.admit(w, r, c)
+	if ref != nil {
+		return ref
+	}
 	var tenant registry.Limits
 	if t, ok := s.d.Directory.Tenant(c.Key.Tenant); ok {
 		tenant = t.Limits
@@ -183,13 +198,13 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 		return &refusal{Error: cerr, model: model}
 	}
 	defer release()
-	if ref := s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
+	if ref = s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
 		return ref
 	}
 	// The requested model's budget reservation is made here, so that a
 	// budget refusal is answered as before any routing; a fallback's is
 	// made when it is tried (its own price).
-	adm, ref := s.reserve(r.Context(), c.Key, c.Endpoint, c.Request, model, newRequestID())
+	adm, ref := s.reserve(r.Context(), c.Key, c.Endpoint, c.Request, model, orDefault(c.requestID, newRequestID()))
 	if ref != nil {
 		return ref
 	}
@@ -228,6 +243,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	defer stopAfter()
 
 	hdr := nats.Header{}
+	for k, v := range c.Bridge {
+		hdr.Set(k, v)
+	}
 	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
 
 	m := s.d.Metrics
