@@ -257,6 +257,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
 	}
+	if cfg.Classifier == nil {
+		cfg.Classifier = guard.NewBuiltin(guard.BuiltinConfig{})
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
