@@ -111,7 +111,7 @@ func tenantsCmd() *cobra.Command {
 		},
 	}
 	tf.add(update, false)
-	c.AddCommand(create, list, update, tenantWebhookCmd())
+	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd())
 	return c
 }
 
@@ -209,6 +209,7 @@ func keysCmd() *cobra.Command {
 	var tenant, name string
 	var models []string
 	var lf limitFlags
+	var caf admissionFlags
 	create := &cobra.Command{
 		Use: "create", Short: "Create an API key for a tenant; the secret is shown once", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -219,6 +220,9 @@ func keysCmd() *cobra.Command {
 			var k keyOut
 			in := lf.changed(cmd)
 			in["tenant"], in["models"] = tenant, models
+			if adm := caf.changed(cmd); adm != nil {
+				in["admission"] = adm
+			}
 			if name != "" {
 				in["name"] = name
 			}
@@ -235,8 +239,10 @@ func keysCmd() *cobra.Command {
 	create.Flags().StringSliceVar(&models, "models", []string{"*"}, "models the key may use (comma-separated; * for all)")
 	_ = create.MarkFlagRequired("tenant")
 	lf.add(create, true)
+	caf.add(create, "admission-")
 
 	var uf limitFlags
+	var uaf admissionFlags
 	update := &cobra.Command{
 		Use: "update ID", Short: "Change a key's rate limits and budget", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -245,7 +251,11 @@ func keysCmd() *cobra.Command {
 				return err
 			}
 			var k keyOut
-			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/keys/"+args[0], uf.changed(cmd), &k); err != nil {
+			in := uf.changed(cmd)
+			if adm := uaf.changed(cmd); adm != nil {
+				in["admission"] = adm
+			}
+			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/keys/"+args[0], in, &k); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "updated key %s\n", k.ID)
@@ -253,6 +263,7 @@ func keysCmd() *cobra.Command {
 		},
 	}
 	uf.add(update, true)
+	uaf.add(update, "admission-")
 
 	var listTenant string
 	list := &cobra.Command{

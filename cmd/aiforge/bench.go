@@ -14,7 +14,7 @@ func benchCmd() *cobra.Command {
 	var o bench.Options
 	var engine string
 	var soak bench.SoakOptions
-	var batchRun bool
+	var batchRun, admissionRun bool
 	var bo bench.BatchOptions
 	c := &cobra.Command{
 		Use:   "bench",
@@ -22,6 +22,14 @@ func benchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if admissionRun {
+				rep, err := bench.RunAdmission(cmd.Context(), bench.AdmissionOptions{Requests: o.Requests / 2, Tokens: o.Tokens, Progress: os.Stderr})
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			}
 			if batchRun {
 				bo.Progress = os.Stderr
 				rep, err := bench.RunBatch(cmd.Context(), bo)
@@ -65,6 +73,7 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&o.Tokens, "tokens", 16, "tokens per answer")
 	c.Flags().StringVar(&engine, "engine", "sim", "engine simulator mode: sim, or llama-like (headers and body in separate writes without TCP_NODELAY; non-streamed latency, direct vs aiforge; default 200 requests)")
 	soak.AddFlags(c.Flags())
+	c.Flags().BoolVar(&admissionRun, "admission", false, "measure the admission step alone (p50/p99 at 1, 4 and 16 KB prompts), then the edge overhead with admission off and on in the same run (--requests/2 each)")
 	c.Flags().BoolVar(&batchRun, "batch", false, "measure lines/s through the batch tier against the simulator's direct capacity (--batch-lines, --batch-slots, --batch-line-latency)")
 	c.Flags().IntVar(&bo.Lines, "batch-lines", 4000, "with --batch: lines in the batch, and requests of the direct run")
 	c.Flags().IntVar(&bo.Slots, "batch-slots", 16, "with --batch: the worker's slots, and the direct run's concurrency")

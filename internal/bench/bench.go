@@ -222,11 +222,17 @@ type target struct {
 	url   string
 	model string
 	key   string
+	// prompt is the user message (default "measure me").
+	prompt string
 }
 
 // Call sends one chat request and reads the whole answer.
 func (t target) Call(stream bool, tokens int) (time.Duration, error) {
-	body := fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"user","content":"measure me"}],"max_tokens":%d,"stream":%t}`, t.model, tokens, stream)
+	prompt := t.prompt
+	if prompt == "" {
+		prompt = "measure me"
+	}
+	body := fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":%d,"stream":%t}`, t.model, prompt, tokens, stream)
 	req, _ := http.NewRequest("POST", t.url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if t.key != "" {

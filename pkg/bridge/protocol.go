@@ -59,9 +59,17 @@ const (
 	// HdrBatchID names the batch of a line sent on FamilyBatch; the worker
 	// reports it in the line's usage (events.UsageRecordedV3).
 	HdrBatchID = "Aiforge-Batch-Id"
+	// HdrAdmissionAction, HdrAdmissionCategory and HdrAdmissionScore
+	// carry the edge's admission verdict of a request it served (action
+	// events.AdmissionFlagged or AdmissionAllowed, the category, the score
+	// as a decimal); the worker then reports it in the request's usage
+	// (events.UsageRecordedV4).
+	HdrAdmissionAction   = "Aiforge-Admission-Action"
+	HdrAdmissionCategory = "Aiforge-Admission-Category"
+	HdrAdmissionScore    = "Aiforge-Admission-Score"
 	// HdrRouter and HdrRouteClass name the router and route class a
-	// request was routed through (its model was a router); the worker
-	// reports them in its usage event (events.UsageRecordedV4).
+	// request went through; the worker reports them in its usage
+	// (events.UsageRecordedV4).
 	HdrRouter      = "Aiforge-Router"
 	HdrRouteClass  = "Aiforge-Route-Class"
 	HdrStatus      = "Aiforge-Status"

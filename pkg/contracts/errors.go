@@ -88,6 +88,15 @@ const (
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	// CodeBatchNotCancellable (409): a batch that is finalizing or final.
 	CodeBatchNotCancellable = "batch_not_cancellable"
+	// CodeMaliciousPrompt (403): admission judged the prompt an injection,
+	// jailbreak, system prompt extraction, exfiltration or destructive
+	// command, and the tenant's (or key's) policy blocks those; no worker
+	// saw the request. The message names the category, never the prompt.
+	CodeMaliciousPrompt = "malicious_prompt"
+	// CodePIIDetected (400): the prompt holds personal data (emails, phone
+	// numbers, IBANs, card numbers, API keys) and the policy blocks those.
+	// The message names the kinds, never the values.
+	CodePIIDetected = "pii_detected"
 )
 
 // Error is an API error in OpenAI's shape with its HTTP status.

@@ -30,6 +30,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/sealed"
@@ -39,6 +40,7 @@ import (
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
 	"github.com/aiforge/aiforge/services/edge/internal/models"
+	"github.com/aiforge/aiforge/services/edge/internal/moderations"
 	"github.com/aiforge/aiforge/services/edge/internal/reports"
 	"github.com/aiforge/aiforge/services/edge/internal/responses"
 	"github.com/aiforge/aiforge/services/edge/internal/routing"
@@ -121,6 +123,14 @@ type Config struct {
 	// lines and no token bound; a negative value means no bound.
 	BatchMaxEnqueuedLines  int64
 	BatchMaxEnqueuedTokens int64
+	// Classifier judges prompts for admission and /v1/moderations (the
+	// tenant's or key's registry.AdmissionPolicy says what is done with
+	// a malicious one). Default the built-in classifier; the process
+	// builds an external or combined one from --admission-classifier-url.
+	Classifier guard.Classifier
+	// PII finds and masks personal data in prompts for the policies that
+	// ask (default guard.MaskPII).
+	PII func(text string) (masked string, kinds []string)
 }
 
 // DefaultBatchWindow is the batch window unless configured.
@@ -168,11 +178,12 @@ type Deps struct {
 
 // Service is one edge replica.
 type Service struct {
-	cfg     Config
-	deps    Deps
-	log     *slog.Logger
-	tracer  trace.Tracer
-	metrics *inference.Metrics
+	cfg        Config
+	deps       Deps
+	log        *slog.Logger
+	tracer     trace.Tracer
+	metrics    *inference.Metrics
+	modMetrics *moderations.Metrics
 	// connMetrics count client connections.
 	connMetrics *connMetrics
 
@@ -248,6 +259,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
 	}
+	if cfg.Classifier == nil {
+		cfg.Classifier = guard.NewBuiltin(guard.BuiltinConfig{})
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -262,11 +276,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: metrics: %w", err)
 	}
+	mm, err := moderations.NewMetrics(deps.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("edge: metrics: %w", err)
+	}
 	s := &Service{
 		cfg: cfg, deps: deps,
 		log:         deps.Logger.With("service", "edge", "instance", cfg.InstanceID),
 		tracer:      deps.Tracer.Tracer("aiforge/edge"),
 		metrics:     m,
+		modMetrics:  mm,
 		connMetrics: cm,
 	}
 	s.streamCtx, s.endStreams = context.WithCancelCause(context.Background())
@@ -385,7 +404,8 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Budgets: kvs[events.BucketBudgets], Rates: kvs[events.BucketRateLimits],
 		Metrics: s.metrics, Tracer: s.tracer, Logger: s.log, InstanceID: s.cfg.InstanceID,
 		MaxBody: s.maxBody(), Draining: s.draining.Load, Streams: s.streamCtx, HoldTTL: s.cfg.ReservationTTL,
-		Routing: inference.RoutingConfig{CooldownFailures: s.cfg.CooldownFailures, Cooldown: s.cfg.Cooldown, Now: s.deps.RoutingClock},
+		Routing:    inference.RoutingConfig{CooldownFailures: s.cfg.CooldownFailures, Cooldown: s.cfg.Cooldown, Now: s.deps.RoutingClock},
+		Classifier: s.cfg.Classifier, PII: s.cfg.PII,
 	})
 	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
 	d.vectors = vectorstores.New(vectorstores.Deps{
@@ -396,6 +416,8 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	s.healthRoutes(d.mux)
 	d.inference.Routes(d.mux)
 	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors}).Routes(d.mux)
+	moderations.New(moderations.Deps{Classifier: s.cfg.Classifier, Keys: d.dir, Tenants: d.dir.Tenant, MaxBody: s.maxBody(),
+		Logger: s.log, Metrics: s.modMetrics}).Routes(d.mux)
 	fileAPI.Routes(d.mux)
 	batches.New(batches.Deps{
 		Batches: kvs[events.BucketBatches], Queues: kvs[events.BucketBatchQueues], Files: fileAPI, Keys: d.dir,

@@ -12,10 +12,12 @@ import (
 // decoder reads USAGE stream messages into reused values, so folding
 // allocates only the strings of each event. The event it returns is valid
 // until the next call. It knows the usage event types the ledger folds:
-// UsageRecordedV1, V2 and V3 (batch lines) and UsageCorrectedV1; any other
-// type is ignored.
+// UsageRecordedV1, V2, V3 (batch lines), V4 (with an admission verdict,
+// a route class or a cache hit: folded exactly as V3, which it extends)
+// and UsageCorrectedV1; any other type is ignored.
 type decoder struct {
-	rec events.UsageRecordedV3 // V1 and V2 decode into its embedded parts
+	rec events.UsageRecordedV3 // V1 and V2 decode into its embedded parts; V4 into it and ext
+	ext v4Fields
 	cor events.UsageCorrectedV1
 	in  interner
 }
@@ -38,7 +40,7 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 		id = h.Get(nats.MsgIdHdr)
 	}
 	switch typ {
-	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2, events.TypeUsageRecordedV3:
+	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2, events.TypeUsageRecordedV3, events.TypeUsageRecordedV4:
 		res := d.rec.Reservations[:0]
 		reset := func() { d.rec = events.UsageRecordedV3{UsageRecordedV2: events.UsageRecordedV2{Reservations: res}} }
 		reset()
@@ -50,10 +52,28 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 			version, target, ev = 2, &d.rec.UsageRecordedV2, &d.rec.UsageRecordedV2
 		case events.TypeUsageRecordedV3:
 			version, target, ev = 3, &d.rec, &d.rec
+		case events.TypeUsageRecordedV4:
+			version, ev = 4, &d.rec
 		}
-		if !fastDecodeRecorded(data, &d.rec, version, &d.in) {
+		d.ext = v4Fields{}
+		if !fastDecodeRecorded(data, &d.rec, version, &d.in, &d.ext) {
 			reset()
-			if err := json.Unmarshal(data, target); err != nil {
+			d.ext = v4Fields{}
+			if version == 4 {
+				var v4 events.UsageRecordedV4
+				if err := json.Unmarshal(data, &v4); err != nil {
+					return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+				}
+				d.rec = v4.UsageRecordedV3
+				d.ext = v4Fields{AdmissionAction: v4.AdmissionAction, AdmissionCategory: v4.AdmissionCategory, AdmissionScore: v4.AdmissionScore,
+					Router: v4.Router, RouteClass: v4.RouteClass, Cache: v4.Cache}
+			} else if err := json.Unmarshal(data, target); err != nil {
+				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+			}
+		}
+		if version == 4 {
+			// V4's own checks; the fold then reads it as the V3 it extends.
+			if err := d.ext.v4(d.rec).Validate(); err != nil {
 				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 			}
 		}

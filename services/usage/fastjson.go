@@ -254,11 +254,43 @@ func (s *scanner) reservations(dst []events.Reservation) ([]events.Reservation, 
 	}
 }
 
-// fastDecodeRecorded decodes a UsageRecordedV1, V2 or V3 body (version 1,
-// 2 or 3) into u (which the caller has reset, keeping Reservations'
-// capacity); the fields a version does not have are unknown fields. It
-// reports false when the body needs encoding/json.
-func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in *interner) bool {
+// v4Fields are the fields UsageRecordedV4 adds to V3.
+type v4Fields struct {
+	AdmissionAction, AdmissionCategory string
+	AdmissionScore                     float64
+	Router, RouteClass, Cache          string
+}
+
+func (x *v4Fields) field(s *scanner, name string) (ok bool) {
+	switch name {
+	case "admission_action":
+		x.AdmissionAction, ok = s.intern()
+	case "admission_category":
+		x.AdmissionCategory, ok = s.intern()
+	case "admission_score":
+		x.AdmissionScore, ok = s.float()
+	case "router":
+		x.Router, ok = s.intern()
+	case "route_class":
+		x.RouteClass, ok = s.intern()
+	case "cache":
+		x.Cache, ok = s.intern()
+	}
+	return ok
+}
+
+// v4 is the UsageRecordedV4 of u and x.
+func (x v4Fields) v4(u events.UsageRecordedV3) events.UsageRecordedV4 {
+	return events.UsageRecordedV4{UsageRecordedV3: u, AdmissionAction: x.AdmissionAction, AdmissionCategory: x.AdmissionCategory,
+		AdmissionScore: x.AdmissionScore, Router: x.Router, RouteClass: x.RouteClass, Cache: x.Cache}
+}
+
+// fastDecodeRecorded decodes a UsageRecordedV1, V2, V3 or V4 body (version
+// 1 to 4) into u (which the caller has reset, keeping Reservations'
+// capacity), and V4's own fields into x (version 4 only); the fields a
+// version does not have are unknown fields. It reports false when the body
+// needs encoding/json.
+func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in *interner, x *v4Fields) bool {
 	s := scanner{b: data, in: in}
 	if !s.consume('{') {
 		return false
@@ -324,6 +356,11 @@ func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in 
 				return false
 			}
 			u.BatchID, ok = s.intern()
+		case "admission_action", "admission_category", "admission_score", "router", "route_class", "cache":
+			if version < 4 || x == nil {
+				return false
+			}
+			ok = x.field(&s, string(k))
 		default:
 			return false
 		}

@@ -18,7 +18,7 @@ func fastAgrees(t testing.TB, body []byte, version int) (fastOK bool) {
 	t.Helper()
 	var in interner
 	var fast events.UsageRecordedV3
-	fastOK = fastDecodeRecorded(body, &fast, version, &in)
+	fastOK = fastDecodeRecorded(body, &fast, version, &in, nil)
 	var slow events.UsageRecordedV3
 	var err error
 	switch version {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -151,6 +152,10 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		return
 	}
 	v2 := events.UsageRecordedV2{UsageRecordedV1: ev, Reservations: c.Req.Reservations}
+	if v4, ok := usageV4(c.Req, v2); ok {
+		s.publishUsage(v4, ev, env)
+		return
+	}
 	if c.Req.Family == bridge.FamilyBatch {
 		// A batch line: the same record, marked with its batch so it is
 		// priced at the model's batch discount; the request id stays the
@@ -159,6 +164,36 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		return
 	}
 	s.publishUsage(v2, ev, env)
+}
+
+// usageV4 is the request's usage as events.UsageRecordedV4 when the edge
+// sent an admission verdict or a route class with it (the batch fields as
+// V3 would have them); ok is false otherwise, and V2 or V3 is published.
+func usageV4(req *bridge.Request, v2 events.UsageRecordedV2) (events.UsageRecordedV4, bool) {
+	h := req.Header
+	action, router := h.Get(bridge.HdrAdmissionAction), h.Get(bridge.HdrRouter)
+	if action == "" && router == "" {
+		return events.UsageRecordedV4{}, false
+	}
+	v4 := events.UsageRecordedV4{UsageRecordedV3: events.UsageRecordedV3{UsageRecordedV2: v2}}
+	if req.Family == bridge.FamilyBatch {
+		v4.Batch, v4.BatchID = true, h.Get(bridge.HdrBatchID)
+	}
+	switch action {
+	case events.AdmissionAllowed, events.AdmissionFlagged:
+		v4.AdmissionAction = action
+		v4.AdmissionCategory = h.Get(bridge.HdrAdmissionCategory)
+		if f, err := strconv.ParseFloat(h.Get(bridge.HdrAdmissionScore), 64); err == nil && f >= 0 && f <= 1 {
+			v4.AdmissionScore = f
+		}
+	}
+	if class := h.Get(bridge.HdrRouteClass); router != "" && class != "" {
+		v4.Router, v4.RouteClass = router, class
+	}
+	if v4.AdmissionAction == "" && v4.Router == "" {
+		return events.UsageRecordedV4{}, false // nothing valid to add
+	}
+	return v4, true
 }
 
 // publishUsage publishes a usage event (events.UsageRecordedV2, or V3 for

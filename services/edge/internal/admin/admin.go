@@ -174,6 +174,9 @@ func (s *Service) storeError(w http.ResponseWriter, err error, what string) {
 func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ID string `json:"id"`
+		// Admission is the tenant's policy; absent: block
+		// (registry.DefaultTenantAdmission).
+		Admission *admissionPatch `json:"admission"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
@@ -182,7 +185,15 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("id", contracts.CodeInvalidRequest, "Tenant id must be 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit."))
 		return
 	}
-	t, err := s.store.CreateTenant(r.Context(), req.ID)
+	var adm *registry.AdmissionPolicy
+	if req.Admission != nil {
+		def := registry.DefaultTenantAdmission()
+		adm = req.Admission.apply(&def)
+		if !validAdmission(w, adm) {
+			return
+		}
+	}
+	t, err := s.store.CreateTenantWithAdmission(r.Context(), req.ID, adm)
 	if err != nil {
 		s.storeError(w, err, "Tenant '"+req.ID+"'")
 		return
@@ -223,12 +234,14 @@ type keyView struct {
 	Models    []string  `json:"models"`
 	CreatedAt time.Time `json:"created_at"`
 	registry.Limits
+	// Admission is the key's override of its tenant's admission policy.
+	Admission *registry.AdmissionPolicy `json:"admission,omitempty"`
 	// Budget is the key's spend in its current budget period (GET only).
 	Budget *budgetView `json:"budget,omitempty"`
 }
 
 func viewKey(k registry.Key, secret string) keyView {
-	return keyView{ID: k.ID, Object: "api_key", Key: secret, Tenant: k.Tenant, Name: k.Name, Models: k.Models, CreatedAt: k.CreatedAt, Limits: k.Limits}
+	return keyView{ID: k.ID, Object: "api_key", Key: secret, Tenant: k.Tenant, Name: k.Name, Models: k.Models, CreatedAt: k.CreatedAt, Limits: k.Limits, Admission: k.Admission}
 }
 
 // limitsPatch is a partial update of limits: absent fields stay.
@@ -264,7 +277,10 @@ func (p limitsPatch) apply(l *registry.Limits) {
 }
 
 func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
-	var p limitsPatch
+	var p struct {
+		limitsPatch
+		Admission *admissionPatch `json:"admission"`
+	}
 	if !httpapi.DecodeStrict(w, r, &p) {
 		return
 	}
@@ -273,12 +289,21 @@ func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
+	if p.Admission != nil {
+		var ok bool
+		if k, ok = s.patchKeyAdmission(w, r, k.ID, p.Admission); !ok {
+			return
+		}
+	}
 	s.d.Directory.NoteKey(k)
 	httpapi.WriteJSON(w, http.StatusOK, viewKey(k, ""))
 }
 
 func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
-	var p limitsPatch
+	var p struct {
+		limitsPatch
+		Admission *admissionPatch `json:"admission"`
+	}
 	if !httpapi.DecodeStrict(w, r, &p) {
 		return
 	}
@@ -290,6 +315,12 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
 		return
+	}
+	if p.Admission != nil {
+		var ok bool
+		if t, ok = s.patchTenantAdmission(w, r, t.ID, p.Admission); !ok {
+			return
+		}
 	}
 	s.d.Directory.NoteTenant(t)
 	httpapi.WriteJSON(w, http.StatusOK, s.viewTenant(r, t))
@@ -361,8 +392,13 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 		Name   string   `json:"name"`
 		Models []string `json:"models"`
 		registry.Limits
+		// Admission overrides the tenant's policy field by field.
+		Admission *registry.AdmissionPolicy `json:"admission"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
+		return
+	}
+	if !validAdmission(w, req.Admission) {
 		return
 	}
 	if req.Tenant == "" {
@@ -379,6 +415,12 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.storeError(w, err, "Key")
 		return
+	}
+	if req.Admission != nil {
+		if k, err = s.store.SetKeyAdmission(r.Context(), k.ID, req.Admission); err != nil {
+			s.storeError(w, err, "Key")
+			return
+		}
 	}
 	// Make the key usable on this replica before answering, so that a client
 	// using it at once is not refused by a watcher that lags by a millisecond.

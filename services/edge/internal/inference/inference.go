@@ -25,6 +25,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/spend"
 	"github.com/aiforge/aiforge/services/edge/internal/routing"
 	"github.com/aiforge/aiforge/services/edge/internal/semcache"
@@ -71,6 +72,11 @@ type Deps struct {
 	// cache (nil: none). See hooks.go.
 	Routes *routing.Service
 	Cache  *semcache.Cache
+	// Classifier judges prompts for admission (guard.NewBuiltin by
+	// default, set by the edge); nil admits every prompt unjudged. PII
+	// finds and masks personal data (guard.MaskPII); nil finds none.
+	Classifier guard.Classifier
+	PII        PIIMasker
 }
 
 // Service serves inference.
@@ -85,6 +91,9 @@ type Service struct {
 	conc concurrency
 
 	router *router
+
+	// verdicts queues admission verdict events for the publisher.
+	verdicts chan events.AdmissionVerdictV1
 }
 
 // New builds the inference path.
@@ -95,7 +104,12 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{}), router: newRouter(d.Routing, d.Now)}
+	s := &Service{d: d, log: d.Logger, flights: make(map[string]map[*flight]struct{}), router: newRouter(d.Routing, d.Now),
+		verdicts: make(chan events.AdmissionVerdictV1, verdictQueue)}
+	if d.JS != nil && d.Streams != nil {
+		go s.publishVerdicts(d.Streams.Done())
+	}
+	return s
 }
 
 func (s *Service) now() time.Time { return s.d.Now() }

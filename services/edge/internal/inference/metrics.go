@@ -17,6 +17,7 @@ type Metrics struct {
 	failovers *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	cooldowns *prometheus.CounterVec
+	guard     *guardMetrics
 }
 
 var (
@@ -57,7 +58,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "aiforge_edge_engine_cooldowns_total", Help: "Times this edge put an engine in cooldown after consecutive failures, by model and engine id.",
 		}, []string{"model", "engine"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.inFlight, m.duration, m.ttft, m.itl, m.failovers, m.fallbacks, m.cooldowns} {
+	m.guard = newGuardMetrics()
+	for _, c := range append([]prometheus.Collector{m.requests, m.errors, m.inFlight, m.duration, m.ttft, m.itl, m.failovers, m.fallbacks, m.cooldowns}, m.guard.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -43,6 +44,15 @@ type Call struct {
 	Router, RouteClass string
 	// probe is the semantic cache's miss, to keep the answer of.
 	probe *semcache.Probe
+	// Segments, when set, are what admission judges instead of the body's
+	// messages (the Responses API marks the file_search chunks it puts in
+	// the prompt as guard.SourceDocument).
+	Segments []guard.Segment
+	// Bridge are headers for the worker (the admission verdict, the route
+	// class: bridge.HdrAdmissionAction, HdrRouter...).
+	Bridge map[string]string
+	// requestID, when set by admission, is the request's id.
+	requestID string
 }
 
 // Renderer writes a generation's answer in the shape of its API.
@@ -171,7 +181,17 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if len(model) > MaxModelName {
 		return &refusal{Error: errModelTooLong()}
 	}
+	admitted := false
 	if s.d.Routes != nil {
+		// A router's request is judged before its class is picked: a tool
+		// class answers without going further down this path.
+		if rt, ok := s.d.Routes.Router(model); ok && c.Key.Allows(rt.Name) {
+			var ref *refusal
+			if c, ref = s.admit(w, r, c); ref != nil {
+				return ref
+			}
+			admitted = true
+		}
 		handled, ref := s.routeClass(w, r, &c, out)
 		if handled || ref != nil {
 			return ref
@@ -187,6 +207,13 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if c.Request.MaxTokens > MaxOutputTokens {
 		return &refusal{Error: tooManyTokens(orDefault(c.Request.MaxTokensParam, "max_tokens")), model: model}
 	}
+	// Admission (prompt guard, PII) before any hold or worker call.
+	var ref *refusal
+	if !admitted {
+		if c, ref = s.admit(w, r, c); ref != nil {
+			return ref
+		}
+	}
 	var tenant registry.Limits
 	if t, ok := s.d.Directory.Tenant(c.Key.Tenant); ok {
 		tenant = t.Limits
@@ -196,7 +223,7 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 		return &refusal{Error: cerr, model: model}
 	}
 	defer release()
-	if ref := s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
+	if ref = s.admitRate(r.Context(), w, c.Key, c.Endpoint, c.Request); ref != nil {
 		return ref
 	}
 	if s.lookupCache(w, r, &c, out) {
@@ -205,7 +232,7 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	// The requested model's budget reservation is made here, so that a
 	// budget refusal is answered as before any routing; a fallback's is
 	// made when it is tried (its own price).
-	adm, ref := s.reserve(r.Context(), c.Key, c.Endpoint, c.Request, model, newRequestID())
+	adm, ref := s.reserve(r.Context(), c.Key, c.Endpoint, c.Request, model, orDefault(c.requestID, newRequestID()))
 	if ref != nil {
 		return ref
 	}
@@ -244,6 +271,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	defer stopAfter()
 
 	hdr := nats.Header{}
+	for k, v := range c.Bridge {
+		hdr.Set(k, v)
+	}
 	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(hdr))
 	routeHeaders(c, hdr)
 

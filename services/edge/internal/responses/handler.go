@@ -10,6 +10,7 @@ import (
 
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
 	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
@@ -150,10 +151,26 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 			includeResults = true
 		}
 	}
+	// Admission judges the retrieved chunks as documents (indirect
+	// injection), apart from the instructions and the input.
+	segs := make([]guard.Segment, 0, len(msgs)+len(results)+1)
+	if req.Instructions != "" {
+		segs = append(segs, guard.Segment{Role: "system", Source: guard.SourceMessage, Text: req.Instructions})
+	}
+	for _, res := range results {
+		segs = append(segs, guard.Segment{Source: guard.SourceDocument, Text: fmt.Sprint(res.Text())})
+	}
+	for _, m := range msgs {
+		src := guard.SourceMessage
+		if m.Role == "tool" {
+			src = guard.SourceTool
+		}
+		segs = append(segs, guard.Segment{Role: m.Role, Source: src, Text: m.Content})
+	}
 	rw := &renderer{model: req.Model, id: "resp_" + events.NewID()[:24], created: start.Unix(),
 		results: results, searched: searched, includeResults: includeResults, query: question}
 	s.d.Inference.Generate(w, r, inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
-		Request: p, Body: chatBody, Start: start}, rw)
+		Request: p, Body: chatBody, Start: start, Segments: segs}, rw)
 }
 
 // readBody reads a request body within the edge's limit.

@@ -1,0 +1,62 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DefaultTenantAdmission is the admission policy of a tenant created
+// without one: malicious-looking prompts are blocked.
+func DefaultTenantAdmission() AdmissionPolicy { return AdmissionPolicy{Mode: AdmissionBlock} }
+
+// CreateTenantWithAdmission is CreateTenant with an admission policy; nil
+// gives the tenant DefaultTenantAdmission.
+func (s *Store) CreateTenantWithAdmission(ctx context.Context, id string, p *AdmissionPolicy) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, fmt.Errorf("%w: tenant id must match %s", ErrInvalid, tenantRE)
+	}
+	if p == nil {
+		d := DefaultTenantAdmission()
+		p = &d
+	}
+	if err := p.Validate(); err != nil {
+		return Tenant{}, err
+	}
+	t := Tenant{ID: id, CreatedAt: time.Now().UTC(), Admission: p}
+	return t, put(ctx, s.tenants, "t."+id, t, true)
+}
+
+// SetTenantAdmission sets (nil: removes, which is off) a tenant's
+// admission policy.
+func (s *Store) SetTenantAdmission(ctx context.Context, id string, p *AdmissionPolicy) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, ErrNotFound
+	}
+	if p != nil {
+		if err := p.Validate(); err != nil {
+			return Tenant{}, err
+		}
+	}
+	return modify(ctx, s.tenants, "t."+id, func(t *Tenant) error {
+		t.Admission = p
+		return nil
+	})
+}
+
+// SetKeyAdmission sets (nil: removes, inheriting the tenant's) a key's
+// admission override.
+func (s *Store) SetKeyAdmission(ctx context.Context, id string, p *AdmissionPolicy) (Key, error) {
+	if !validKVKey(id) {
+		return Key{}, ErrNotFound
+	}
+	if p != nil {
+		if err := p.Validate(); err != nil {
+			return Key{}, err
+		}
+	}
+	return modify(ctx, s.keys, id, func(k *Key) error {
+		k.Admission = p
+		return nil
+	})
+}
