@@ -418,6 +418,7 @@ func modelsCmd() *cobra.Command {
 	var ttftTimeout, requestTimeout, wait time.Duration
 	var pf priceFlags
 	var ef engineProcessFlags
+	var cf cacheFlags
 	register := &cobra.Command{
 		Use:   "register NAME",
 		Short: "Bind a model name to an OpenAI-compatible engine",
@@ -501,6 +502,11 @@ func modelsCmd() *cobra.Command {
 			if p := pf.changed(cmd); len(p) > 0 {
 				in["price"] = p
 			}
+			if p, err := cf.policy(cmd); err != nil {
+				return err
+			} else if p != nil {
+				in["cache"] = p
+			}
 			var m modelOut
 			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/models", in, &m); err != nil {
 				return err
@@ -537,6 +543,7 @@ func modelsCmd() *cobra.Command {
 	register.Flags().StringVar(&routing, "routing", "", `how the edge picks among the model's engines: "least_outstanding" (default) or "latency"`)
 	pf.add(register, "price-")
 	ef.add(register)
+	cf.add(register)
 
 	list := &cobra.Command{
 		Use: "list", Short: "List model bindings", Args: cobra.NoArgs,

@@ -16,6 +16,8 @@ func benchCmd() *cobra.Command {
 	var soak bench.SoakOptions
 	var batchRun, admissionRun bool
 	var bo bench.BatchOptions
+	var cacheRun bool
+	var co bench.CacheOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
@@ -33,6 +35,18 @@ func benchCmd() *cobra.Command {
 			if batchRun {
 				bo.Progress = os.Stderr
 				rep, err := bench.RunBatch(cmd.Context(), bo)
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			}
+			if cacheRun {
+				co.Progress, co.Tokens = os.Stderr, o.Tokens
+				if cmd.Flags().Changed("requests") {
+					co.Requests = o.Requests
+				}
+				rep, err := bench.RunCache(cmd.Context(), co)
 				if err != nil {
 					return err
 				}
@@ -78,5 +92,7 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&bo.Lines, "batch-lines", 4000, "with --batch: lines in the batch, and requests of the direct run")
 	c.Flags().IntVar(&bo.Slots, "batch-slots", 16, "with --batch: the worker's slots, and the direct run's concurrency")
 	c.Flags().DurationVar(&bo.LineLatency, "batch-line-latency", 50*time.Millisecond, "with --batch: the simulator's time per line")
+	c.Flags().BoolVar(&cacheRun, "cache", false, "measure the semantic cache: a miss, an exact hit and a similar hit, plain and streamed, interleaved (--requests per path, default 300; --cache-ttft)")
+	c.Flags().DurationVar(&co.TimeToFirstToken, "cache-ttft", 20*time.Millisecond, "with --cache: the simulator's time to first token, what a miss waits for")
 	return c
 }
