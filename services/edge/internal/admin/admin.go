@@ -475,8 +475,10 @@ type modelView struct {
 	Routing       string            `json:"routing,omitempty"`
 	Fallbacks     []string          `json:"fallbacks,omitempty"`
 	ContextWindow int               `json:"context_window,omitempty"`
-	OwnedBy       string            `json:"owned_by,omitempty"`
-	CreatedAt     time.Time         `json:"created_at"`
+	// Cache is the model's semantic cache policy.
+	Cache     *registry.CachePolicy `json:"cache,omitempty"`
+	OwnedBy   string                `json:"owned_by,omitempty"`
+	CreatedAt time.Time             `json:"created_at"`
 	// Status is what the model's worker replicas report (engine health,
 	// verified upstream and key, slots, last error).
 	Status *models.Status `json:"status,omitempty"`
@@ -485,7 +487,7 @@ type modelView struct {
 func viewModel(m registry.Model) modelView {
 	m = m.Redacted()
 	return modelView{Name: m.Name, Object: "model_binding", Engine: m.Engine, Engines: m.Engines, Routing: m.Routing,
-		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
+		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, Cache: m.Cache, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
 }
 
 func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
