@@ -143,6 +143,24 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		return out, false
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].pos < hits[j].pos })
+	var metaPos, questionPos []int
+	for _, h := range hits {
+		switch l.rules[h.rule].cat {
+		case catIndex[catMeta]:
+			metaPos = append(metaPos, h.pos)
+		case catIndex[catQuestion]:
+			questionPos = append(questionPos, h.pos)
+		}
+	}
+	// near: a dampener within a window's reach of the evidence, before or after it.
+	near := func(ps []int, lo, hi int) bool {
+		for _, p := range ps {
+			if p >= lo-windowBytes && p <= hi+windowBytes {
+				return true
+			}
+		}
+		return false
+	}
 	seen := make(map[int]int, 16)
 	lo := 0
 	for hi := range hits {
@@ -166,6 +184,8 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 			has[r.cat] = true
 			base[r.cat] = 1 - (1-base[r.cat])*(1-r.w)
 		}
+		meta := near(metaPos, hits[lo].pos, hits[hi].pos)
+		question := near(questionPos, hits[lo].pos, hits[hi].pos)
 		if has[catIndex[catDecode]] {
 			decodeAsk = true
 		}
@@ -174,10 +194,10 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 				continue
 			}
 			s := 1 - (1-base[c])*(1-boost[c])
-			if has[catIndex[catMeta]] && c != catIndex[CategoryDestructive] {
+			if meta && c != catIndex[CategoryDestructive] {
 				s *= 0.5
 			}
-			if has[catIndex[catQuestion]] && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
+			if question && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
 				s *= 0.45
 			}
 			if doc {

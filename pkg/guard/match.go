@@ -24,14 +24,13 @@ const (
 // slot may follow the previous one within gap words), alternatives by
 // "|", a trailing "*" makes the last word a prefix.
 type spec struct {
-	cat  string
-	w    float64
-	pat  string
-	opt  int
-	gap  int
-	lit  bool   // pat is a literal substring of the folded text
-	rx   string // a regular expression over the folded text, run when pat (a literal trigger) occurs
-	name string
+	cat string
+	w   float64
+	pat string
+	opt int
+	gap int
+	lit bool   // pat is a literal substring of the folded text
+	rx  string // a regular expression over the folded text, run when pat (a literal trigger) occurs
 }
 
 type phrase struct {
@@ -78,13 +77,7 @@ func lex() *lexicon {
 	return lexVal
 }
 
-func splitWords(p string) []string {
-	var ws []string
-	for _, t := range tokenizeRaw(fold(p)) {
-		ws = append(ws, t)
-	}
-	return ws
-}
+func splitWords(p string) []string { return tokenizeRaw(fold(p)) }
 
 // tokenizeRaw tokenizes without merging or segmenting (used on the
 // lexicon itself, so it cannot depend on the vocabulary).
@@ -117,7 +110,7 @@ func tokenizeRaw(s string) []string {
 
 func buildLexicon(specs []spec) *lexicon {
 	l := &lexicon{exact: map[string][]int{}, prefix: map[string][]int{}, vocab: map[string]struct{}{}}
-	for _, w := range strings.Fields("a an the all any and or to of you your me my i is are be now this that these with for in on it from what who then so as at by not no do say") {
+	for _, w := range strings.Fields("a an the all any and or to of you your me my i is are be now this that these with for in on it from what who then so as at by not no do say tell") {
 		l.vocab[w] = struct{}{}
 	}
 	for _, sp := range specs {
@@ -151,7 +144,7 @@ func buildLexicon(specs []spec) *lexicon {
 					if isIdeo(c) {
 						ideo = true
 					}
-					if len(w) > 1 && w[0] >= 'a' && w[0] <= 'z' {
+					if len(w) > 2 && w[0] >= 'a' && w[0] <= 'z' {
 						l.vocab[w] = struct{}{}
 					}
 				}
