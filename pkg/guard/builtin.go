@@ -117,8 +117,10 @@ func scoreText(s string, doc bool, depth int, budget *int) [nCat]float64 {
 	l := lex()
 	hits := l.matchTokens(toks, doc, nil)
 	hits = l.matchLiterals(folded, doc, hits)
-	hits = l.matchTokens(rot13Tokens(toks, make([]token, 0, len(toks))), doc, hits)
-	hits = l.matchTokens(reversedTokens(toks, make([]token, 0, len(toks))), doc, hits)
+	if l.mayHide(toks) {
+		hits = l.matchTokens(rot13Tokens(toks, make([]token, 0, len(toks))), doc, hits)
+		hits = l.matchTokens(reversedTokens(toks, make([]token, 0, len(toks))), doc, hits)
+	}
 	sc, decodeAsk := windowScores(l, hits, doc)
 	merge(sc, 1)
 	if depth < maxDepth {

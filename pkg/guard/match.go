@@ -55,6 +55,10 @@ type lexicon struct {
 	exact  map[string][]int // first word of slot 0 → rules
 	prefix map[string][]int // first-word prefixes of slot 0 → rules
 	maxPfx int
+	pfx2   map[string][]string // the first two bytes of each prefix → the prefixes
+	// hidden holds ROT13 and reversed spellings of telling words: only a
+	// text holding one is read as ROT13 or backwards.
+	hidden map[string]bool
 	lits   []int // literal and regexp rules
 	vocab  map[string]struct{}
 }
@@ -187,7 +191,44 @@ func buildLexicon(specs []spec) *lexicon {
 			}
 		}
 	}
+	l.pfx2 = map[string][]string{}
+	for w := range l.prefix {
+		k := w
+		if len(k) > 2 {
+			k = k[:2]
+		}
+		l.pfx2[k] = append(l.pfx2[k], w)
+	}
+	l.hidden = map[string]bool{}
+	for _, w := range strings.Fields("ignore disregard forget previous instructions instruction prompt system rules reveal jailbreak restrictions pretend developer delete remove execute send password secret conversation above prior override unrestricted filters") {
+		l.hidden[rot13String(w)] = true
+		r := []byte(w)
+		for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+			r[i], r[j] = r[j], r[i]
+		}
+		l.hidden[string(r)] = true
+	}
 	return l
+}
+
+func rot13String(w string) string {
+	b := []byte(w)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = 'a' + (c-'a'+13)%26
+		}
+	}
+	return string(b)
+}
+
+// mayHide reports whether toks hold a ROT13 or reversed telling word.
+func (l *lexicon) mayHide(toks []token) bool {
+	for _, t := range toks {
+		if len(t.a) >= 4 && l.hidden[t.a] {
+			return true
+		}
+	}
+	return false
 }
 
 func appendOnce(s []int, v int) []int {
@@ -282,9 +323,12 @@ func (l *lexicon) matchTokens(toks []token, doc bool, hits []hit) []hit {
 			cand = append(cand, l.exact[t.b]...)
 		}
 		for _, w := range [2]string{t.a, t.b} {
-			for n := 2; n <= len(w) && n <= l.maxPfx; n++ {
-				if ids, ok := l.prefix[w[:n]]; ok {
-					cand = append(cand, ids...)
+			if len(w) < 2 {
+				continue
+			}
+			for _, pw := range l.pfx2[w[:2]] {
+				if strings.HasPrefix(w, pw) {
+					cand = append(cand, l.prefix[pw]...)
 				}
 			}
 		}

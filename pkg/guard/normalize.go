@@ -147,6 +147,9 @@ type token struct {
 
 // script classes for tokenizing.
 func isIdeo(c rune) bool {
+	if c < 0x2E80 && (c < 0x0E00 || c > 0x0E7F) {
+		return false
+	}
 	return unicode.Is(unicode.Han, c) || unicode.Is(unicode.Hiragana, c) || unicode.Is(unicode.Katakana, c) || c == 'ー' || unicode.Is(unicode.Thai, c)
 }
 
