@@ -117,8 +117,10 @@ func scoreText(s string, doc bool, depth int, budget *int) [nCat]float64 {
 	l := lex()
 	hits := l.matchTokens(toks, doc, nil)
 	hits = l.matchLiterals(folded, doc, hits)
-	hits = l.matchTokens(rot13Tokens(toks, make([]token, 0, len(toks))), doc, hits)
-	hits = l.matchTokens(reversedTokens(toks, make([]token, 0, len(toks))), doc, hits)
+	if l.mayHide(toks) {
+		hits = l.matchTokens(rot13Tokens(toks, make([]token, 0, len(toks))), doc, hits)
+		hits = l.matchTokens(reversedTokens(toks, make([]token, 0, len(toks))), doc, hits)
+	}
 	sc, decodeAsk := windowScores(l, hits, doc)
 	merge(sc, 1)
 	if depth < maxDepth {
@@ -143,6 +145,24 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		return out, false
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].pos < hits[j].pos })
+	var metaPos, questionPos []int
+	for _, h := range hits {
+		switch l.rules[h.rule].cat {
+		case catIndex[catMeta]:
+			metaPos = append(metaPos, h.pos)
+		case catIndex[catQuestion]:
+			questionPos = append(questionPos, h.pos)
+		}
+	}
+	// near: a dampener within a window's reach of the evidence, before or after it.
+	near := func(ps []int, lo, hi int) bool {
+		for _, p := range ps {
+			if p >= lo-windowBytes && p <= hi+windowBytes {
+				return true
+			}
+		}
+		return false
+	}
 	seen := make(map[int]int, 16)
 	lo := 0
 	for hi := range hits {
@@ -166,6 +186,8 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 			has[r.cat] = true
 			base[r.cat] = 1 - (1-base[r.cat])*(1-r.w)
 		}
+		meta := near(metaPos, hits[lo].pos, hits[hi].pos)
+		question := near(questionPos, hits[lo].pos, hits[hi].pos)
 		if has[catIndex[catDecode]] {
 			decodeAsk = true
 		}
@@ -174,10 +196,10 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 				continue
 			}
 			s := 1 - (1-base[c])*(1-boost[c])
-			if has[catIndex[catMeta]] && c != catIndex[CategoryDestructive] {
+			if meta && c != catIndex[CategoryDestructive] {
 				s *= 0.5
 			}
-			if has[catIndex[catQuestion]] && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
+			if question && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
 				s *= 0.45
 			}
 			if doc {

@@ -59,7 +59,7 @@ func lexiconSpecs() []spec {
 		p(inj, 0.8, "here are|these are|follow|obey|these is|below are .. your new|your real|your actual|your updated|your true|the new|the real .. instruction*|rules|task|directive*|orders|objective"),
 		p(inj, 0.75, "your|the .. new|real|actual|true|only|primary .. instruction*|task|directive*|objective|goal|purpose|mission .. is|are|now|will be"),
 		p(inj, 0.4, "you are now|you re now|you will now|you must now|you shall now|you should now|henceforth you|from now on|from this point on|from this moment|starting now|going forward you"),
-		boost(inj, 0.4, "you are|you will|you must|you shall|respond|answer|act|behave|reply|only|always|never|obey"),
+		boost(inj, 0.4, "obey|obedient|answer only|only answer|respond only|only respond|reply only|only reply|never refuse|no matter what|without question|unconditionally|servant|slave|no restrictions|no rules|ignore"),
 		p(inj, 0.7, "system override|admin override|emergency override|priority override|override protocol|override mode|security override|override code|override command|developer override|sudo override|root access granted|admin access granted|maintenance mode|debug mode activated|safety protocols disabled"),
 		p(inj, 0.6, "do not|don t|never|dont .. tell|inform|mention|reveal|alert|notify|let .. the user|the human|the operator|anyone|them"),
 		p(inj, 0.55, "stop|halt|abort|cease|pause .. what you are doing|your current task|the current task|summarizing|summarising|translating|your task|everything"),
@@ -71,7 +71,7 @@ func lexiconSpecs() []spec {
 		p(inj, 0.35, "begin|start .. new|admin|system|developer|root .. session|conversation|mode|prompt|instructions"),
 		doc(inj, 0.45, "ai|assistant|llm|chatbot|agent|bot|model|language model|gpt|chatgpt|claude|gemini|copilot .. reading this|processing this|that reads|who reads|must|should|will|needs to|has to|is instructed|is required|important|attention|note|instructions|please"),
 		doc(inj, 0.55, "if you are|if you re|when you are|as an|to the|to any|dear|hey|attention|note to|message for|instructions for|important for .. ai|an ai|assistant|llm|chatbot|agent|bot|model|language model|automated|gpt|chatgpt|claude|summarizer|summariser"),
-		doc(inj, 0.4, "ignore|disregard|forget|override|instead|do not|don t|must|you will|you must|you should|always|never|obey|follow|execute|run|send|reveal|print|tell the user|reply with|respond with|output|say"),
+		{cat: inj, w: 0.4, opt: optDocOnly | optBoost, pat: "ignore|disregard|forget|override|instead|do not|don t|must|you will|you must|you should|always|never|obey|follow|execute|run|send|reveal|print|tell the user|reply with|respond with|output|say"},
 		doc(inj, 0.35, "important|urgent|critical|attention|warning|note|notice|override|admin|system|nb .. instruction*|message|directive|notice|note|update|override|command"),
 		// encoded payloads that ask to be followed
 		p(catDecode, 0.5, "decode|decipher|decrypt|unscramble|reverse|rot13|base64|hex|translate|convert|read .. and|then|,|it and .. follow|execute|obey|do|run|carry out|act on|perform|comply|apply|treat|respond|answer|what it says"),
@@ -231,7 +231,7 @@ func lexiconSpecs() []spec {
 			" .. prompt injection*|injection attack*|injections|jailbreak*|attack*|dan prompt*|llm security|ai security|prompt hack*|adversarial prompt*|malicious prompt*|social engineering|indirect injection|data exfiltration|exfiltration|prompt leak*|system prompt leak*|phishing|attacker*|hacker*|red teaming|guardrail*|safety filter*|moderation|defenses|threats|vulnerabilit*"),
 		pg(catMeta, 1, 8, "prompt injection*|injection attack*|jailbreak*|dan prompt*|prompt hack*|adversarial prompt*|malicious prompt*|indirect injection|exfiltration attack*|prompt leak*"+
 			" .. work|works|look like|looks like|example|examples|defend|defense|defence|prevent|detect|mitigat*|research|paper|thesis|essay|article|explain|explained|history|evolution|classif*|categor*|dataset|benchmark|study|detector|filter|recogni*"),
-		p(catMeta, 1, "for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
+		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|my system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
 		// Asking about a command or how to do something is not asking to do it.
 		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|confirm|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
@@ -259,7 +259,7 @@ func multilingual() []spec {
 		p(catQuestion, 1, "que fait|que fait la commande|qu est ce que fait|que se passe t il|comment|pourquoi|explique|est ce dangereux|ne jamais|n executez jamais|attention"),
 
 		// ---- German ----
-		p(inj, 0.85, "ignoriere|ignorieren|ignoriert|ignorier|vergiss|vergesst|vergessen|missachte|missachten|missachtet|uberspringe|uberspringen|verwirf|verwerfe|verwerfen|beachte nicht|beachten sie nicht|befolge nicht|setze .. auser kraft .. anweisung*|instruktion*|regel*|vorgabe*|befehl*|richtlinie*|anordnung*|vorherigen|bisherigen|obigen|prompt|systemprompt|systemanweisung*"),
+		p(inj, 0.85, "ignoriere|ignorieren|ignoriert|ignorier|vergiss|vergesst|vergessen|missachte|missachten|missachtet|uberspringe|uberspringen|verwirf|verwerfe|verwerfen|beachte nicht|beachten sie nicht|befolge nicht|setze auser kraft .. anweisung*|instruktion*|regel*|vorgabe*|befehl*|richtlinie*|anordnung*|vorherigen|bisherigen|obigen|prompt|systemprompt|systemanweisung*"),
 		p(inj, 0.8, "alle|samtliche|deine .. vorherigen|bisherigen|obigen|fruheren|vorigen|ursprunglichen .. anweisung*|instruktion*|regel*|vorgabe*|befehl*|richtlinie*"),
 		p(inj, 0.5, "neue|neuen|wahre|echte|tatsachliche .. anweisung*|instruktion*|regel*|aufgabe|befehl*"),
 		p(inj, 0.45, "du bist jetzt|du bist nun|ab jetzt|von nun an|ab sofort|ab diesem moment"),
@@ -325,7 +325,7 @@ func multilingual() []spec {
 		p(inj, 0.45, "je bent nu|jij bent nu|u bent nu|vanaf nu|vanaf dit moment|van nu af aan"),
 		p(jb, 0.8, "zonder|geen|vrij van|bevrijd van .. beperking*|filter*|regels|censuur|grenzen|ethiek|moraal|richtlijnen|limieten"),
 		p(jb, 0.8, "ontwikkelaarsmodus|ontwikkelaar modus|god modus|jailbreak modus|dan modus|doe alsof je een ai bent|doe alsof je een ai|ai zonder|ongecensureerd*|ongefilterd*|onbeperkt*"),
-		p(ext, 0.85, "toon|tonen|laat .. zien|herhaal|herhalen|print|geef|vertel|onthul|onthullen|deel|schrijf|wat is|wat zijn|wat waren|wat was .. je|jouw|uw|de|het .. systeemprompt|systeem prompt|instructies|systeembericht|oorspronkelijke instructies|eerste instructies|regels|prompt"),
+		p(ext, 0.85, "toon|tonen|laat zien|laat me zien|herhaal|herhalen|print|geef|vertel|onthul|onthullen|deel|schrijf|wat is|wat zijn|wat waren|wat was .. je|jouw|uw|de|het .. systeemprompt|systeem prompt|instructies|systeembericht|oorspronkelijke instructies|eerste instructies|regels|prompt"),
 		p(ext, 0.8, "alles|de hele tekst|de tekst|alle woorden .. hierboven|boven|voor dit bericht|eerder"),
 		p(exf, 0.85, "stuur|verstuur|versturen|verzend|verzenden|upload|uploaden|post|stuur door|doorsturen|exporteer .. gesprek|geschiedenis|gegevens|data|wachtwoorden|wachtwoord|sleutels|sleutel|geheimen|inloggegevens|berichten|bestanden|e mails .. naar|aan|op|via .. urlx|emailx|server|adres|url|link|webhook|site|aanvaller|extern*"),
 		p(exf, 0.4, "stuur|verstuur|verzend|doorsturen .. gesprek|geschiedenis|wachtwoorden|sleutels|geheimen|inloggegevens"),
@@ -359,6 +359,7 @@ func multilingual() []spec {
 		p(ext, 0.85, "显示|顯示|输出|輸出|打印|重复|重複|告诉我|告訴我|透露|泄露|洩露|展示|给我看|給我看|列出|复述|複述|写出|寫出|公开|公開|说出|說出|是什么|是什麼 .. 系统提示|系統提示|提示词|提示詞|初始指令|系统指令|系統指令|系统消息|系統消息|系统信息|你的指令|你的设定|你的設定|你的规则|你的規則|上面的内容|以上内容|以上內容|之前的内容|原始指令|隐藏指令|隱藏指令"),
 		p(ext, 0.8, "系统提示|系統提示|提示词|提示詞|初始指令|系统指令|系統指令|你的指令 .. 是什么|是什麼|告诉我|告訴我|显示|顯示|输出|輸出|打印|重复|重複|透露|泄露"),
 		p(exf, 0.85, "发送|發送|发到|發到|上传|上傳|转发|轉發|传送|傳送|提交|传到|傳到|寄给|寄給|导出|導出 .. 对话|對話|聊天记录|聊天記錄|历史|歷史|数据|數據|資料|密码|密碼|密钥|密鑰|秘密|凭证|憑證|邮件|郵件|文件|檔案|信息|訊息 .. 到|至|给|給|发往|發往 .. urlx|emailx|服务器|伺服器|服務器|地址|网址|網址|链接|鏈接|邮箱|郵箱|网站|網站|攻击者|攻擊者"),
+		p(exf, 0.85, "对话|對話|聊天记录|聊天記錄|历史|歷史|数据|數據|資料|密码|密碼|密钥|密鑰|秘密|凭证|憑證|邮件|郵件|文件|檔案 .. 发送到|發送到|发到|發到|上传到|上傳到|转发到|轉發到|传送到|傳送到|发给|發給|提交到|传到|傳到 .. urlx|emailx|服务器|伺服器|服務器|地址|网址|網址|链接|鏈接|邮箱|郵箱|网站|網站|攻击者|攻擊者"),
 		p(exf, 0.4, "发送|發送|上传|上傳|转发|轉發|传送|傳送 .. 对话|對話|聊天记录|聊天記錄|密码|密碼|密钥|密鑰|凭证|憑證"),
 		p(dst, 0.6, "删除|刪除|删掉|刪掉|清空|销毁|銷毀|格式化|清除|抹掉|摧毁|摧毀 .. 所有|全部|整个|整個|一切 .. 文件|檔案|备份|備份|数据|數據|資料|数据库|數據庫|資料庫|硬盘|硬碟|服务器|伺服器|仓库|倉庫"),
 		p(dst, 0.6, "所有|全部|整个|整個 .. 文件|檔案|备份|備份|数据|數據|資料|数据库|數據庫|資料庫|硬盘|硬碟 .. 删除|刪除|删掉|清空|销毁|銷毀|格式化|清除"),

@@ -24,14 +24,13 @@ const (
 // slot may follow the previous one within gap words), alternatives by
 // "|", a trailing "*" makes the last word a prefix.
 type spec struct {
-	cat  string
-	w    float64
-	pat  string
-	opt  int
-	gap  int
-	lit  bool   // pat is a literal substring of the folded text
-	rx   string // a regular expression over the folded text, run when pat (a literal trigger) occurs
-	name string
+	cat string
+	w   float64
+	pat string
+	opt int
+	gap int
+	lit bool   // pat is a literal substring of the folded text
+	rx  string // a regular expression over the folded text, run when pat (a literal trigger) occurs
 }
 
 type phrase struct {
@@ -56,6 +55,10 @@ type lexicon struct {
 	exact  map[string][]int // first word of slot 0 → rules
 	prefix map[string][]int // first-word prefixes of slot 0 → rules
 	maxPfx int
+	pfx2   map[string][]string // the first two bytes of each prefix → the prefixes
+	// hidden holds ROT13 and reversed spellings of telling words: only a
+	// text holding one is read as ROT13 or backwards.
+	hidden map[string]bool
 	lits   []int // literal and regexp rules
 	vocab  map[string]struct{}
 }
@@ -78,13 +81,7 @@ func lex() *lexicon {
 	return lexVal
 }
 
-func splitWords(p string) []string {
-	var ws []string
-	for _, t := range tokenizeRaw(fold(p)) {
-		ws = append(ws, t)
-	}
-	return ws
-}
+func splitWords(p string) []string { return tokenizeRaw(fold(p)) }
 
 // tokenizeRaw tokenizes without merging or segmenting (used on the
 // lexicon itself, so it cannot depend on the vocabulary).
@@ -117,7 +114,7 @@ func tokenizeRaw(s string) []string {
 
 func buildLexicon(specs []spec) *lexicon {
 	l := &lexicon{exact: map[string][]int{}, prefix: map[string][]int{}, vocab: map[string]struct{}{}}
-	for _, w := range strings.Fields("a an the all any and or to of you your me my i is are be now this that these with for in on it from what who then so as at by not no do say") {
+	for _, w := range strings.Fields("a an the all any and or to of you your me my i is are be now this that these with for in on it from what who then so as at by not no do say tell") {
 		l.vocab[w] = struct{}{}
 	}
 	for _, sp := range specs {
@@ -151,7 +148,7 @@ func buildLexicon(specs []spec) *lexicon {
 					if isIdeo(c) {
 						ideo = true
 					}
-					if len(w) > 1 && w[0] >= 'a' && w[0] <= 'z' {
+					if len(w) > 2 && w[0] >= 'a' && w[0] <= 'z' {
 						l.vocab[w] = struct{}{}
 					}
 				}
@@ -194,7 +191,44 @@ func buildLexicon(specs []spec) *lexicon {
 			}
 		}
 	}
+	l.pfx2 = map[string][]string{}
+	for w := range l.prefix {
+		k := w
+		if len(k) > 2 {
+			k = k[:2]
+		}
+		l.pfx2[k] = append(l.pfx2[k], w)
+	}
+	l.hidden = map[string]bool{}
+	for _, w := range strings.Fields("ignore disregard forget previous instructions instruction prompt system rules reveal jailbreak restrictions pretend developer delete remove execute send password secret conversation above prior override unrestricted filters") {
+		l.hidden[rot13String(w)] = true
+		r := []byte(w)
+		for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+			r[i], r[j] = r[j], r[i]
+		}
+		l.hidden[string(r)] = true
+	}
 	return l
+}
+
+func rot13String(w string) string {
+	b := []byte(w)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = 'a' + (c-'a'+13)%26
+		}
+	}
+	return string(b)
+}
+
+// mayHide reports whether toks hold a ROT13 or reversed telling word.
+func (l *lexicon) mayHide(toks []token) bool {
+	for _, t := range toks {
+		if len(t.a) >= 4 && l.hidden[t.a] {
+			return true
+		}
+	}
+	return false
 }
 
 func appendOnce(s []int, v int) []int {
@@ -289,9 +323,12 @@ func (l *lexicon) matchTokens(toks []token, doc bool, hits []hit) []hit {
 			cand = append(cand, l.exact[t.b]...)
 		}
 		for _, w := range [2]string{t.a, t.b} {
-			for n := 2; n <= len(w) && n <= l.maxPfx; n++ {
-				if ids, ok := l.prefix[w[:n]]; ok {
-					cand = append(cand, ids...)
+			if len(w) < 2 {
+				continue
+			}
+			for _, pw := range l.pfx2[w[:2]] {
+				if strings.HasPrefix(w, pw) {
+					cand = append(cand, l.prefix[pw]...)
 				}
 			}
 		}

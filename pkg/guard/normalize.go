@@ -147,6 +147,9 @@ type token struct {
 
 // script classes for tokenizing.
 func isIdeo(c rune) bool {
+	if c < 0x2E80 && (c < 0x0E00 || c > 0x0E7F) {
+		return false
+	}
 	return unicode.Is(unicode.Han, c) || unicode.Is(unicode.Hiragana, c) || unicode.Is(unicode.Katakana, c) || c == 'ー' || unicode.Is(unicode.Thai, c)
 }
 
@@ -205,15 +208,30 @@ func tokenize(s string, toks []token) []token {
 			continue
 		}
 		start := i
+		email := false
 		for i < len(s) {
 			c, n = rune(s[i]), 1
 			if c >= 0x80 {
 				c, n = utf8.DecodeRuneInString(s[i:])
 			}
-			if isIdeo(c) || !(wordRune(c) || leetRune(c) && i > start) {
+			if c == '@' && i > start {
+				if j, ok := emailDomain(s, i+1); ok {
+					toks = append(toks, token{a: "emailx", pos: start})
+					i, email = j, true
+					break
+				}
+			}
+			if isIdeo(c) || !(wordRune(c) || leetRune(c)) {
 				break
 			}
 			i += n
+		}
+		if email {
+			continue
+		}
+		if i == start {
+			i += n
+			continue
 		}
 		w := strings.TrimRight(s[start:i], "@$|!")
 		if w == "" {
@@ -222,6 +240,19 @@ func tokenize(s string, toks []token) []token {
 		toks = append(toks, token{a: w, b: altSpelling(w), pos: start})
 	}
 	return mergeSpaced(s, toks)
+}
+
+// emailDomain reports whether s[i:] starts with a domain (letters,
+// digits, dashes, at least one inner dot) and where it ends.
+func emailDomain(s string, i int) (int, bool) {
+	j, dot := i, false
+	for j < len(s) && (wordRune(rune(s[j])) || s[j] == '.' || s[j] == '-') {
+		if s[j] == '.' && j > i && j+1 < len(s) && wordRune(rune(s[j+1])) {
+			dot = true
+		}
+		j++
+	}
+	return j, dot && j > i
 }
 
 // altSpelling folds look-alike letters and leet digits onto Latin when a
@@ -278,7 +309,7 @@ func mergeSpaced(s string, toks []token) []token {
 		c, n := utf8.DecodeRuneInString(t.a)
 		return n == len(t.a) && c < 0x3000
 	}
-	out := toks[:0]
+	out := make([]token, 0, len(toks)+8)
 	for i := 0; i < len(toks); {
 		j := i
 		for j < len(toks) && single(toks[j]) && (j == i || toks[j].pos-toks[j-1].pos <= 4) {
@@ -334,7 +365,7 @@ func segmentLong(t token) []token {
 	if t.b != "" {
 		w = t.b
 	}
-	if len(w) < 10 || len(w) > 200 {
+	if len(w) < 12 || len(w) > 200 {
 		return []token{t}
 	}
 	if _, ok := lex().vocab[w]; ok {
@@ -358,7 +389,7 @@ func segmentLong(t token) []token {
 			}
 		}
 	}
-	if cost[n]*4 > n {
+	if cost[n]*10 > n {
 		return []token{t}
 	}
 	var parts []token
@@ -370,7 +401,13 @@ func segmentLong(t token) []token {
 	for l, r := 0, len(parts)-1; l < r; l, r = l+1, r-1 {
 		parts[l], parts[r] = parts[r], parts[l]
 	}
-	if len(parts) < 2 {
+	long := 0
+	for _, p := range parts {
+		if len(p.a) >= 5 {
+			long++
+		}
+	}
+	if long < 2 {
 		return []token{t}
 	}
 	return parts
@@ -414,7 +451,7 @@ func reversedTokens(toks []token, out []token) []token {
 func segmentAll(toks []token) []token {
 	long := false
 	for _, t := range toks {
-		if len(t.a) >= 10 {
+		if len(t.a) >= 12 {
 			long = true
 			break
 		}
