@@ -24,27 +24,28 @@ import (
 )
 
 type serveFlags struct {
-	dataDir    string
-	listen     string
-	natsURL    string
-	natsListen string
-	natsAuth   natsAuthFlags
-	listenTLS  [3]string // the served bus's certificate, key and client CA
-	credsDir   string
-	logLevel   string
-	grace      time.Duration
-	idle       time.Duration
-	maxConns   int
-	holdTTL    time.Duration
-	cooldownN  int
-	cooldown   time.Duration
-	retention  time.Duration
-	dedup      time.Duration
-	replicas   int
-	hubURL     string
-	hubHosts   []string
-	index      vectorIndexFlags
-	batch      batchFlags
+	dataDir                       string
+	listen                        string
+	natsURL                       string
+	natsListen                    string
+	natsAuth                      natsAuthFlags
+	listenTLS                     [3]string // the served bus's certificate, key and client CA
+	credsDir                      string
+	logLevel                      string
+	grace                         time.Duration
+	idle                          time.Duration
+	maxConns                      int
+	holdTTL                       time.Duration
+	classifierURL, classifierMode string
+	cooldownN                     int
+	cooldown                      time.Duration
+	retention                     time.Duration
+	dedup                         time.Duration
+	replicas                      int
+	hubURL                        string
+	hubHosts                      []string
+	index                         vectorIndexFlags
+	batch                         batchFlags
 }
 
 // batchFlags tune the batch service.
@@ -69,6 +70,8 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
 	c.Flags().IntVar(&f.cooldownN, "cooldown-failures", envInt("AIFORGE_COOLDOWN_FAILURES", 3), "edge: consecutive retryable failures of an engine after which this edge skips it for --cooldown (negative: never)")
 	c.Flags().DurationVar(&f.cooldown, "cooldown", envDuration("AIFORGE_COOLDOWN", 30*time.Second), "edge: how long an engine that failed --cooldown-failures times in a row is skipped")
+	c.Flags().StringVar(&f.classifierURL, "admission-classifier-url", env("AIFORGE_ADMISSION_CLASSIFIER_URL", ""), "edge: an external prompt classifier over HTTP (for example Llama Prompt Guard 2 behind TEI: http://guard:8080/predict), combined with the built-in one")
+	c.Flags().StringVar(&f.classifierMode, "admission-classifier-mode", env("AIFORGE_ADMISSION_CLASSIFIER_MODE", "max"), "edge: with --admission-classifier-url: max (the higher score of both per category) or external_only")
 	c.Flags().DurationVar(&f.holdTTL, "reservation-ttl", envDuration("AIFORGE_RESERVATION_TTL", 15*time.Minute), "edge: how long a hard budget's reservation counts when its request never settles (an edge or worker killed mid-request); must exceed the longest request")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
 	c.Flags().DurationVar(&f.dedup, "usage-dedup-horizon", usage.DefaultDedupHorizon, "usage: how long, in event time, the ledger remembers event ids to drop duplicates (memory: about 47 bytes per request in it)")
@@ -128,6 +131,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.IdleTimeout = f.idle
 	o.Edge.MaxConnections = f.maxConns
 	o.Edge.ReservationTTL = f.holdTTL
+	o.Edge.ClassifierURL, o.Edge.ClassifierMode = f.classifierURL, f.classifierMode
 	o.Edge.CooldownFailures = f.cooldownN
 	o.Edge.Cooldown = f.cooldown
 	o.Edge.Streams.UsageMaxAge = f.retention

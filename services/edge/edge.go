@@ -128,6 +128,14 @@ type Config struct {
 	// a malicious one). Default the built-in classifier; the process
 	// builds an external or combined one from --admission-classifier-url.
 	Classifier guard.Classifier
+	// ClassifierURL, when set (and Classifier is not), adds an external
+	// classifier served over HTTP (guard.NewHTTP: Llama Prompt Guard 2
+	// behind TEI's /predict, or {"text"} → {label, score}), combined with
+	// the built-in one by ClassifierMode: "max" (the default: the higher
+	// score of the two per category) or "external_only".
+	ClassifierURL     string
+	ClassifierMode    string
+	ClassifierTimeout time.Duration
 	// PII finds and masks personal data in prompts for the policies that
 	// ask (default guard.MaskPII).
 	PII func(text string) (masked string, kinds []string)
@@ -259,8 +267,27 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "edge-" + events.NewID()[:8]
 	}
+	if cfg.PII == nil {
+		cfg.PII = guard.MaskPII
+	}
 	if cfg.Classifier == nil {
-		cfg.Classifier = guard.NewBuiltin(guard.BuiltinConfig{})
+		builtin := guard.NewBuiltin(guard.BuiltinConfig{})
+		cfg.Classifier = builtin
+		if cfg.ClassifierURL != "" {
+			ext, err := guard.NewHTTP(guard.HTTPConfig{URL: cfg.ClassifierURL, Timeout: cfg.ClassifierTimeout})
+			if err != nil {
+				return nil, fmt.Errorf("edge: admission classifier: %w", err)
+			}
+			mode := cfg.ClassifierMode
+			switch mode {
+			case "":
+				mode = "max"
+			case "max", "external_only":
+			default:
+				return nil, fmt.Errorf("edge: admission classifier mode %q is not max or external_only", mode)
+			}
+			cfg.Classifier = guard.Combine(mode, ext, builtin)
+		}
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
