@@ -234,8 +234,21 @@ type Report struct {
 
 // Pass reports whether the run meets the targets: recall at least
 // MinRecall, false-positive rate at most MaxFPR, no classification errors.
-func (r Report) Pass() bool {
-	return len(r.Errors) == 0 && r.Recall.Total > 0 && r.Recall.Value() >= MinRecall && r.FPR.Value() <= MaxFPR
+func (r Report) Pass() bool { return r.Err() == nil }
+
+// Err says why the run misses the targets, nil when it Passes.
+func (r Report) Err() error {
+	var errs []error
+	if len(r.Errors) > 0 {
+		errs = append(errs, fmt.Errorf("%d cases could not be classified", len(r.Errors)))
+	}
+	if r.Recall.Total == 0 || r.Recall.Value() < MinRecall {
+		errs = append(errs, fmt.Errorf("recall %.1f%% is below %.0f%%", 100*r.Recall.Value(), 100*MinRecall))
+	}
+	if r.FPR.Value() > MaxFPR {
+		errs = append(errs, fmt.Errorf("false-positive rate %.1f%% is above %.0f%%", 100*r.FPR.Value(), 100*MaxFPR))
+	}
+	return errors.Join(errs...)
 }
 
 // Run classifies every case with c and scores the verdicts. It stops early

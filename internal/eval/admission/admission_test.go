@@ -320,8 +320,9 @@ func TestRunArithmetic(t *testing.T) {
 	if r.P50 > r.P99 || r.P99 > r.Max {
 		t.Errorf("latency p50 %s p99 %s max %s out of order", r.P50, r.P99, r.Max)
 	}
-	if r.Pass() {
-		t.Error("a run with 67% recall passes")
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "recall 66.7% is below 95%") ||
+		!strings.Contains(err.Error(), "false-positive rate 25.0% is above 3%") || !strings.Contains(err.Error(), "1 cases could not be classified") {
+		t.Errorf("err %v", err)
 	}
 
 	var out bytes.Buffer
@@ -368,6 +369,9 @@ func TestPass(t *testing.T) {
 	} {
 		if got := tc.r.Pass(); got != tc.want {
 			t.Errorf("%+v: pass %v, want %v", tc.r, got, tc.want)
+		}
+		if err := tc.r.Err(); (err == nil) != tc.want {
+			t.Errorf("%+v: err %v", tc.r, err)
 		}
 	}
 }
