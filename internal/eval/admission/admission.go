@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aiforge/aiforge/pkg/guard"
@@ -251,9 +252,45 @@ func (r Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// Run classifies every case with c and scores the verdicts. It stops early
-// when ctx ends; the cases not reached are counted as errors.
+// CaseTimeout bounds one Classify call in Run: a classifier that hangs on
+// a prompt (a denial of service at the edge) is reported, not waited for.
+const CaseTimeout = 10 * time.Second
+
+// maxHung is how many calls may outlive their timeout before Run gives up
+// on the classifier: each one may still be burning a core.
+const maxHung = 3
+
+// Run classifies every case with c and scores the verdicts, each call
+// bounded by CaseTimeout. It stops early when ctx ends or the classifier
+// has hung maxHung times; the cases not reached are counted as errors.
 func Run(ctx context.Context, c guard.Classifier, cases []Case) Report {
+	return run(ctx, c, cases, CaseTimeout)
+}
+
+type result struct {
+	v   guard.Verdict
+	err error
+}
+
+// classify calls c with a deadline; a call that outlives it is left
+// running (Classify need not honour its context) and reported as hung.
+func classify(ctx context.Context, c guard.Classifier, segs []guard.Segment, timeout time.Duration) (guard.Verdict, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		v, err := c.Classify(ctx, segs)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, false, r.err
+	case <-ctx.Done():
+		return guard.Verdict{}, true, fmt.Errorf("no verdict after %s: %w", timeout, ctx.Err())
+	}
+}
+
+func run(ctx context.Context, c guard.Classifier, cases []Case, timeout time.Duration) Report {
 	r := Report{
 		Cases:             len(cases),
 		PerCategory:       map[string]CategoryScore{},
@@ -271,15 +308,23 @@ func Run(ctx context.Context, c guard.Classifier, cases []Case) Report {
 		v.add(hit)
 		m[k] = v
 	}
+	hung := 0
 	for _, tc := range cases {
 		if err := ctx.Err(); err != nil {
 			r.Errors = append(r.Errors, tc.ID+": "+err.Error())
 			continue
 		}
+		if hung >= maxHung {
+			r.Errors = append(r.Errors, tc.ID+": not run, the classifier hung on "+strconv.Itoa(hung)+" cases")
+			continue
+		}
 		segs := tc.GuardSegments()
 		start := time.Now()
-		v, err := c.Classify(ctx, segs)
+		v, timedOut, err := classify(ctx, c, segs, timeout)
 		lat = append(lat, time.Since(start))
+		if timedOut {
+			hung++
+		}
 		if err != nil {
 			r.Errors = append(r.Errors, tc.ID+": "+err.Error())
 			continue

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,9 @@ func (f fake) Classify(ctx context.Context, segs []guard.Segment) (guard.Verdict
 	if text == "boom" {
 		return guard.Verdict{}, errors.New("classifier down")
 	}
+	if text == "hang" { // ignores ctx, as a looping classifier would
+		<-hangRelease
+	}
 	return f[text], nil
 }
 
@@ -382,6 +386,31 @@ func TestRunStopsWithContext(t *testing.T) {
 	r := Run(ctx, fake{}, []Case{mk("a", Benign, "en", "plain", "a"), mk("b", Benign, "en", "plain", "b")})
 	if len(r.Errors) != 2 || r.FPR.Total != 0 {
 		t.Errorf("errors %v, FPR %+v", r.Errors, r.FPR)
+	}
+}
+
+var hangRelease = make(chan struct{})
+
+// A classifier that never returns on some prompts is reported case by case,
+// and given up on after maxHung of them.
+func TestRunReportsHangs(t *testing.T) {
+	defer close(hangRelease)
+	f := fake{"m": {Malicious: true, Category: guard.CategoryInjection}}
+	cases := []Case{mk("m1", guard.CategoryInjection, "en", "plain", "m")}
+	for i := range maxHung + 2 {
+		cases = append(cases, mk("h"+strconv.Itoa(i), Benign, "en", "plain", "hang"))
+	}
+	cases = append(cases, mk("m2", guard.CategoryInjection, "en", "plain", "m"))
+	r := run(context.Background(), f, cases, 10*time.Millisecond)
+	if len(r.Errors) != maxHung+3 {
+		t.Fatalf("errors %v", r.Errors)
+	}
+	if !strings.Contains(r.Errors[0], "h0: no verdict after 10ms") ||
+		!strings.Contains(r.Errors[maxHung], "not run, the classifier hung on 3 cases") {
+		t.Errorf("errors %v", r.Errors)
+	}
+	if r.Recall != (Rate{1, 1}) {
+		t.Errorf("recall %+v: the case before the hangs is scored, those after are not", r.Recall)
 	}
 }
 
