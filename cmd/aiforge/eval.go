@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/aiforge/aiforge/internal/eval"
+	"github.com/aiforge/aiforge/internal/eval/admission"
+	"github.com/aiforge/aiforge/pkg/guard"
 )
 
 func evalCmd() *cobra.Command {
@@ -48,6 +52,65 @@ OpenAI-compatible embeddings engine is given. The bundled set (internal/eval/dat
 	retrieval.Flags().IntVar(&o.K, "k", 10, "k of recall@k")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")
-	c.AddCommand(retrieval)
+	c.AddCommand(retrieval, evalAdmissionCmd())
 	return c
+}
+
+func evalAdmissionCmd() *cobra.Command {
+	var split, externalURL string
+	c := &cobra.Command{
+		Use:   "admission",
+		Short: "Score the admission guard (recall per category, false-positive rate) on a labelled set of prompts",
+		Long: `Run the built-in prompt classifier over the bundled labelled set (internal/eval/admission/testdata,
+compiled into the binary): attacks in five categories (injection, jailbreak, system prompt extraction,
+data exfiltration, destructive commands) in eleven languages, hidden by encodings and Unicode smuggling,
+planted in documents and tool outputs or buried in long texts, and benign prompts, many of them
+look-alikes. Prints recall per category, the false-positive rate per technique and language, and the
+latency of each classification. With --external-url, an external classifier is combined with the
+built-in one.
+
+Exits with status 1 when overall recall is below 95% or the false-positive rate above 3%.`,
+		Example: `  aiforge eval admission
+  aiforge eval admission --split test
+  aiforge eval admission --external-url http://127.0.0.1:8000/classify`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := admissionClassifier(externalURL)
+			if err != nil {
+				return err
+			}
+			return evalAdmission(cmd.Context(), cmd.OutOrStdout(), cl, split)
+		},
+	}
+	c.Flags().StringVar(&split, "split", "all", "cases to score: dev, test or all")
+	c.Flags().StringVar(&externalURL, "external-url", "", "URL of an external classifier to combine with the built-in one")
+	return c
+}
+
+// evalAdmission scores cl on the bundled set's split, prints the report and
+// fails when the run misses the targets.
+func evalAdmission(ctx context.Context, w io.Writer, cl guard.Classifier, split string) error {
+	cases, err := admission.Bundled()
+	if err != nil {
+		return err
+	}
+	if cases, err = admission.Select(cases, split); err != nil {
+		return err
+	}
+	r := admission.Run(ctx, cl, cases)
+	r.Print(w)
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("admission eval: %w", err)
+	}
+	return nil
+}
+
+// admissionClassifier is the classifier the eval scores: the built-in one.
+// TODO(i14): with --external-url, guard.NewHTTP combined with it through
+// guard.Combine, once pkg/guard has them.
+func admissionClassifier(externalURL string) (guard.Classifier, error) {
+	if externalURL != "" {
+		return nil, fmt.Errorf("--external-url: this build's pkg/guard has no HTTP classifier yet")
+	}
+	return guard.NewBuiltin(guard.BuiltinConfig{}), nil
 }
