@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,7 +92,17 @@ type Cache struct {
 
 	mu    sync.RWMutex
 	parts map[string]*partition // by tenant NUL model
+	// present holds the expiry of every key the watch has delivered, and
+	// synced says the watch's initial state is in: then a key absent here
+	// is a miss without a bucket read (a miss costs no round trip, a
+	// similar hit one instead of two). Past maxPresent keys every lookup
+	// reads the bucket.
+	present map[string]time.Time
+	synced  atomic.Bool
 }
+
+// maxPresent bounds the keys remembered for lookups without a read.
+const maxPresent = 1 << 20
 
 type indexed struct {
 	key       string
@@ -115,7 +126,7 @@ func New(d Deps) (*Cache, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	c := &Cache{d: d, an: lexical.NewEnglish(), parts: map[string]*partition{}}
+	c := &Cache{d: d, an: lexical.NewEnglish(), parts: map[string]*partition{}, present: map[string]time.Time{}}
 	c.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "aiforge_edge_semantic_cache_lookups_total",
 		Help: "Semantic cache lookups of the models that opted in, by model and result (exact, similar, miss).",
@@ -146,14 +157,19 @@ func partKey(tenant, model string) string { return tenant + "\x00" + model }
 // Run follows the bucket into the similarity index until ctx ends.
 func (c *Cache) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
+		c.synced.Store(false)
 		err := kv.Watch(ctx, c.d.KV, func(ch kv.Change[Entry], initialDone bool) {
 			if initialDone {
+				c.synced.Store(true)
 				return
 			}
 			if ch.Deleted || ch.Err != nil {
 				c.forget(ch.Key)
 				return
 			}
+			c.mu.Lock()
+			c.present[ch.Key] = ch.Value.ExpiresAt
+			c.mu.Unlock()
 			c.index(ch.Key, ch.Value)
 		})
 		if ctx.Err() != nil {
@@ -199,6 +215,7 @@ func (c *Cache) index(key string, e Entry) {
 func (c *Cache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.present, key)
 	for pk, p := range c.parts {
 		if _, ok := p.entries[key]; ok {
 			delete(p.entries, key)
@@ -311,10 +328,12 @@ func (c *Cache) Lookup(ctx context.Context, q Query) *Probe {
 	p := &Probe{c: c, q: q, context: hash([]byte(q.Tenant), []byte(q.Model), rest)}
 	p.key = Prefix(q.Tenant, q.Model) + hash([]byte(q.Tenant), []byte(q.Model), full)
 	now := c.d.Now()
-	if e, _, err := kv.Get[Entry](ctx, c.d.KV, p.key); err == nil && e.Tenant == q.Tenant && e.Model == q.Model && now.Before(e.ExpiresAt) {
-		p.Hit, p.Kind = &e, events.CacheExact
-		c.lookups.WithLabelValues(q.Model, events.CacheExact).Inc()
-		return p
+	if !c.absent(p.key, now) {
+		if e, _, err := kv.Get[Entry](ctx, c.d.KV, p.key); err == nil && e.Tenant == q.Tenant && e.Model == q.Model && now.Before(e.ExpiresAt) {
+			p.Hit, p.Kind = &e, events.CacheExact
+			c.lookups.WithLabelValues(q.Model, events.CacheExact).Inc()
+			return p
+		}
 	}
 	if q.Policy.Similarity > 0 {
 		if e := c.similar(ctx, p, now); e != nil {
@@ -325,6 +344,22 @@ func (c *Cache) Lookup(ctx context.Context, q Query) *Probe {
 	}
 	c.lookups.WithLabelValues(q.Model, "miss").Inc()
 	return p
+}
+
+// absent reports whether key is known to be missing or expired without
+// reading the bucket: the watch has delivered the bucket's state and key
+// is not in it (or past its expiry).
+func (c *Cache) absent(key string, now time.Time) bool {
+	if !c.synced.Load() {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.present) >= maxPresent {
+		return false
+	}
+	exp, ok := c.present[key]
+	return !ok || !now.Before(exp)
 }
 
 // represent fills the probe's prompt representation.
