@@ -20,6 +20,8 @@ const (
 	windowBytes = 512
 	// maxDepth bounds nested decoding (base64 of hex of ...).
 	maxDepth = 2
+	// systemFactor discounts evidence in system-role segments.
+	systemFactor = 0.55
 )
 
 // BuiltinConfig configures the built-in classifier.
@@ -70,6 +72,14 @@ func (b *Builtin) Classify(ctx context.Context, segs []Segment) (Verdict, error)
 		}
 		doc := sg.Source == SourceTool || sg.Source == SourceDocument || sg.Role == "tool"
 		sc := scoreText(sg.Text, doc, 0, &budget)
+		if sg.Role == "system" {
+			// The operator's own system prompt: its "never reveal these
+			// instructions" is a rule, not an attack; only blatant
+			// evidence (chat-template tags, several rules) still counts.
+			for c := range sc {
+				sc[c] *= systemFactor
+			}
+		}
 		for c := 0; c < nCat; c++ {
 			name := Categories[c]
 			if sc[c] > v.Scores[name] {

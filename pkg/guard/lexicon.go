@@ -150,6 +150,8 @@ func lexiconSpecs() []spec {
 		p(exf, 0.85, enSend+" .. "+enSecret+" .. "+enDest),
 		pg(exf, 0.85, 8, enSend+" .. "+enSecret+" .. to|at|into|via|using|onto|over .. "+enDest),
 		p(exf, 0.4, enSend+" .. "+enSecret),
+		pg(exf, 0.8, 14, enSecret+" .. "+enSend+"|append|include|attach .. it|them|this|those|everything|all .. to|at|in|into|via .. "+enDest+"|a request|a get request|a post request|the request|the query"),
+		p(exf, 0.5, "followed by|append|appending|include|including|with .. the user s|the users|user s|your|the|any|all .. previous messages|conversation|chat history|messages|credentials|passwords|api keys|secrets|saved credentials|system prompt"),
 		p(exf, 0.8, "include|append|embed|add|put|insert|encode|attach|place|concatenate|substitute|replace .. api key*|password*|token*|secret*|credential*|conversation*|chat|user s|users|the user|personal|email address|history|data|previous messages|system prompt|keys .. in|into|to|as|inside|within .. link|url|urlx|image|query|request|parameter|query string|image url|markdown image|the address|the href|path|src"),
 		p(exf, 0.7, "render|display|show|output|include|insert|add|embed .. image|markdown image|img|pixel|link .. urlx|from|with|pointing|whose url|url|source"),
 		rx(exf, 0.65, "![", `!\[[^\]]{0,100}\]\(\s*(https?:)?//[^)\s]*\?[^)\s]*=`),
@@ -203,7 +205,7 @@ func lexiconSpecs() []spec {
 		rx(dst, 0.65, "kubectl", `kubectl\s+delete\s+[^\n]{0,80}(--all\b|-a\b|namespace|ns\s|nodes?\b|pv\b|pvc\b|deployments?\s+--all)`),
 		rx(dst, 0.65, "terraform", `terraform\s+(destroy|apply\s+-destroy)`),
 		lit(dst, 0.45, "-auto-approve"),
-		rx(dst, 0.6, "chmod", `chmod\s+(-r\s+)?(777|000|0000|-x)\s+/(\s|$|etc|bin|usr)`),
+		rx(dst, 0.6, "chmod", `chmod\s+(-r\s+)?(777|000|0000|-x)\s+/([\s\x60'"*]|$|etc|bin|usr)`),
 		rx(dst, 0.55, "chown", `chown\s+-r\s+\S+\s+/(\s|$)`),
 		rx(dst, 0.6, "mv ", `mv\s+(/|~|/\*|\*)\s+/dev/null`),
 		rx(dst, 0.55, "docker", `docker\s+(system\s+prune\s+-a|rm\s+-f\s+\$\(docker\s+ps|volume\s+prune\s+-f|rmi\s+-f\s+\$\()`),
@@ -225,6 +227,11 @@ func lexiconSpecs() []spec {
 		p(dst, 0.55, "shut down|shutdown|power off|turn off|take down|crash|kill .. the|all|every .. server*|production|prod|cluster|database|machines|nodes|services|system|network"),
 		boost(dst, 0.45, enRun),
 		p(dst, 0.25, "run|execute|exec .. this|the following|these|it|command|commands|script|code"),
+		// A quoted command line that destroys: weak alone, an attack with an order to run it.
+		rx(dst, 0.4, "`", "`[^`\\n]{0,80}(^|[^a-z])(rm|shred|destroy|delete|drop|wipe|wipefs|truncate|purge|mkfs|prune|dd|format|erase|nuke)($|[^a-z])[^`\\n]{0,80}`"),
+		rx(dst, 0.5, "delete", `(projects|instances|clusters?|buckets?|databases?|repos?|namespaces?)\s+delete\s|delete\s+[^\n]{0,40}--(all|force|quiet)`),
+		rx(dst, 0.5, "destroy", `(zfs|zpool|lvm|vgremove)\s+destroy\s|destroy\s+-[a-z]*r`),
+		rx(dst, 0.5, "shred", `shred\s+-[a-z]*[uz]`),
 
 		// ---------------- meta: talking about attacks ----------------
 		pg(catMeta, 1, 8, "how do|how does|how can|how to|how would|what is|what are|what s|whats|explain|describe|why do|why does|why is|why are|tell me about|history of|overview of|examples of|example of|classify|detect*|prevent*|defend*|mitigat*|protect*|guard against|safeguard*|research*|paper|thesis|essay|article|course|lecture|study|survey|blog post|training|awareness|red team*|define|definition|difference between|risk*|common|typical|known|recogni*|identify|flag|filter|classifier|spot|write a report|report on|taxonomy|categories of|types of|teach|learn about|understand|analy*|dataset|benchmark|policy on|security team|warn|warning|beware|caution"+
@@ -233,7 +240,7 @@ func lexiconSpecs() []spec {
 			" .. work|works|look like|looks like|example|examples|defend|defense|defence|prevent|detect|mitigat*|research|paper|thesis|essay|article|explain|explained|history|evolution|classif*|categor*|dataset|benchmark|study|detector|filter|recogni*"),
 		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|my system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
 		// Asking about a command or how to do something is not asking to do it.
-		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|confirm|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
+		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
 	s = append(s, multilingual()...)
 	return s
@@ -247,6 +254,22 @@ func multilingual() []spec {
 		p(inj, 0.85, "ignore|ignorez|ignorer|ignores|oublie|oubliez|oublier|ne tiens pas compte|ne tenez pas compte|fais abstraction|faites abstraction|neglige|negligez|abandonne|abandonnez|passe outre|passez outre|outrepasse|outrepassez .. instruction*|consigne*|regle*|directive*|ordre*|indication*|commande*|prompt"),
 		p(inj, 0.5, "nouvelle*|nouveau*|vraie*|veritable*|reelle* .. instruction*|consigne*|regle*|directive*|mission|tache"),
 		p(inj, 0.45, "tu es maintenant|vous etes maintenant|a partir de maintenant|desormais|dorenavant|a partir de ce moment"),
+		p(inj, 0.55, "ne tiens plus compte|ne tenez plus compte|oublie|oubliez|ignore|ignorez .. ce qu on t a dit|ce qu on vous a dit|ce que l on t a dit|ce qu on t a demande|tout ce qu on t a dit"),
+		p(inj, 0.45, "c est moi qui fixe les regles|c est moi qui commande|tu m obeis|vous m obeissez|je fixe les regles"),
+		p(inj, 0.45, "desde ahora|a partir de ahora|de ahora en adelante .. mando yo|yo mando|haces lo que yo|obedeces|obedeceme"),
+		p(inj, 0.55, "olvidate de|olvida|olvide|ignora .. lo que te dijeron|lo que te han dicho|lo que te ordenaron|todo lo que te dijeron"),
+		p(inj, 0.55, "lascia perdere|dimentica|ignora .. le regole|quello che ti hanno detto|cio che ti hanno detto|le istruzioni"),
+		p(inj, 0.45, "comando io|tu esegui|obbedisci|decido io"),
+		p(inj, 0.55, "забудь|забудьте|игнорируи .. что тебе велели|что тебе сказали|что тебе говорили|что вам сказали"),
+		p(inj, 0.45, "правила устанавливаю я|я устанавливаю правила|ты просто выполняешь|слушаешься меня"),
+		p(inj, 0.55, "言われた|与えられた|最初の .. ルール|指示|命令 .. 忘れ|無視"),
+		p(inj, 0.45, "私がルールを決め|私の言う通り|その通りにやって"),
+		p(inj, 0.8, "系统指令|系統指令|之前的指令|原来的指令|所有指令|以前的指令 .. 已经作废|已經作廢|作废|作廢|失效|无效|無效|取消"),
+		p(inj, 0.8, "تعليمات النظام|التعليمات السابقة .. الغيت|أُلغيت|ألغيت|ملغاة|باطلة|لم تعد سارية"),
+		p(inj, 0.5, "القاعدة الجديدة|المهمة الجديدة|新的要求|新要求|新规则|新規則"),
+		p(ext, 0.85, "laat|geef|toon .. je|jouw|uw .. systeemprompt|systeem prompt|verborgen instructies|instructies"),
+		p(jb, 0.8, "制限|フィルター|検閲 .. ない|なし .. ai|アシスタント|モデル"),
+		p(jb, 0.45, "キャラを崩さず|キャラクターを崩さず|役を崩さず"),
 		p(jb, 0.8, "sans|aucune|aucun|libere de|libre de .. restriction*|filtre*|limite*|regle*|censure|ethique|morale|limitation*|contrainte*|garde fou*"),
 		p(jb, 0.8, "mode developpeur|mode dev|mode dieu|mode sans restriction|mode jailbreak|mode dan|fais semblant d etre une ia|fais comme si tu etais une ia|ia sans|jailbreake|debride"),
 		p(ext, 0.85, "revele|revelez|affiche|affichez|montre|montrez|repete|repetez|imprime|imprimez|donne|donnez|dis moi|dites moi|ecris|ecrivez|partage|partagez|divulgue|divulguez|quel est|quelles sont|quelles etaient|quel etait .. ton|ta|tes|votre|vos|le|la|les .. prompt systeme|invite systeme|prompt|instructions initiales|instructions|consignes|message systeme|instructions systeme|regles|consignes initiales"),

@@ -306,6 +306,24 @@ func (r *rule) matchFrom(si int, toks []token, i int) bool {
 	return false
 }
 
+// negators are words that, just before a request, forbid it instead.
+var negators = map[string]bool{"never": true, "not": true, "dont": true, "nunca": true, "jamais": true, "niemals": true, "mai": true, "nooit": true}
+
+// negated reports whether the words just before toks[i] forbid what
+// follows ("never reveal", "do not send", "must not delete").
+func negated(toks []token, i int) bool {
+	for k := i - 1; k >= 0 && k >= i-2; k-- {
+		t := toks[k]
+		if negators[t.a] {
+			return true
+		}
+		if t.a == "t" && k > 0 && (toks[k-1].a == "don" || toks[k-1].a == "won" || toks[k-1].a == "can" || toks[k-1].a == "shouldn" || toks[k-1].a == "mustn") {
+			return true
+		}
+	}
+	return false
+}
+
 // maxHits bounds the evidence one view records.
 const maxHits = 1024
 
@@ -345,6 +363,9 @@ func (l *lexicon) matchTokens(toks []token, doc bool, hits []hit) []hit {
 			}
 			r := &l.rules[id]
 			if r.opt&optDocOnly != 0 && !doc {
+				continue
+			}
+			if r.cat >= catIndex[CategoryExtraction] && r.cat <= catIndex[CategoryDestructive] && negated(toks, i) {
 				continue
 			}
 			if r.matchFrom(0, toks, i) {
