@@ -75,7 +75,7 @@ func lexiconSpecs() []spec {
 		doc(inj, 0.35, "important|urgent|critical|attention|warning|note|notice|override|admin|system|nb .. instruction*|message|directive|notice|note|update|override|command"),
 		// encoded payloads that ask to be followed
 		p(catDecode, 0.5, "decode|decipher|decrypt|unscramble|reverse|rot13|base64|hex|translate|convert|read .. and|then|,|it and .. follow|execute|obey|do|run|carry out|act on|perform|comply|apply|treat|respond|answer|what it says"),
-		p(inj, 0.55, "decode|decipher|decrypt|unscramble|reverse|read .. this|the following|it|these|message|text|string|payload .. and|then .. follow|execute|obey|do what|run|carry out|act on|perform|comply with|apply"),
+		p(inj, 0.4, "decode|decipher|decrypt|unscramble|reverse|read .. this|the following|it|these|message|text|string|payload .. and|then .. follow|execute|obey|do what|run|carry out|act on|perform|comply with|apply"),
 		p(inj, 0.45, "follow|execute|obey|carry out|act on|comply with .. the decoded|decoded|hidden|encoded|embedded|secret|reversed|base64|rot13|hex .. instruction*|message|text|command*|payload|content|string"),
 		lit(inj, 0.85, "<|im_start|>"),
 		lit(inj, 0.8, "<|im_end|>"),
@@ -242,6 +242,14 @@ func lexiconSpecs() []spec {
 		// Asking about a command or how to do something is not asking to do it.
 		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
+	s = append(s,
+		// Text in a tool output or document that addresses the assistant
+		// and countermands the user is an injection in any language.
+		p(inj, 0.7, "ignore|disregard|do not answer|don t answer|skip .. the user s|the users|user s .. request|question|instructions|query|message"),
+		p(inj, 0.75, "ignore la demande|ignorez la demande|ne resume pas|ne resumez pas|ignora la richiesta|non riassumere|ignora la solicitud|ignora la peticion|no resumas|ignore o pedido|ignore a solicitacao|nao resuma|ignoriere die anfrage|ignoriere die bitte|fasse nicht zusammen|negeer het verzoek|negeer de vraag|vat niet samen|проигнорируи запрос|игнорируи запрос|не пересказываи|忽略用户的请求|忽略用戶的請求|忽略用户|忽略用戶|不要总结|ユーザーの依頼を無視|ユーザーの要求を無視|تجاهل طلب المستخدم"),
+		doc(inj, 0.6, "consigne pour l assistant|note pour l assistant|pour l assistant ia|a l assistant ia|a l attention de l ia|nota per l assistente|per l assistente ia|all assistente ia|nota para el asistente|para el asistente de ia|al asistente de ia|nota para o assistente|para o assistente de ia|ao assistente de ia|hinweis fur den ki|an den ki assistenten|fur den ki assistenten|an die ki|notitie voor de ai|voor de ai assistent|aan de ai assistent|указание для ии|для ии ассистента|ии ассистенту|для ассистента|致ai|给ai|給ai|ai助手|aiアシスタントへ|aiへ|الى المساعد|للمساعد الذكي|ملاحظة للذكاء الاصطناعي|system notice to assistant|notice to assistant|note to assistant|to the assistant|for the assistant"),
+		p(catMeta, 1, "chatml|chat template|special tokens|special token|tokenizer|log line|log lines|this log|log file|grep"),
+	)
 	s = append(s, multilingual()...)
 	return s
 }
