@@ -238,7 +238,7 @@ func lexiconSpecs() []spec {
 			" .. prompt injection*|injection attack*|injections|jailbreak*|attack*|dan prompt*|llm security|ai security|prompt hack*|adversarial prompt*|malicious prompt*|social engineering|indirect injection|data exfiltration|exfiltration|prompt leak*|system prompt leak*|phishing|attacker*|hacker*|red teaming|guardrail*|safety filter*|moderation|defenses|threats|vulnerabilit*"),
 		pg(catMeta, 1, 8, "prompt injection*|injection attack*|jailbreak*|dan prompt*|prompt hack*|adversarial prompt*|malicious prompt*|indirect injection|exfiltration attack*|prompt leak*"+
 			" .. work|works|look like|looks like|example|examples|defend|defense|defence|prevent|detect|mitigat*|research|paper|thesis|essay|article|explain|explained|history|evolution|classif*|categor*|dataset|benchmark|study|detector|filter|recogni*"),
-		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|my system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
+		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
 		// Asking about a command or how to do something is not asking to do it.
 		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
@@ -249,6 +249,17 @@ func lexiconSpecs() []spec {
 		p(inj, 0.75, "ignore la demande|ignorez la demande|ne resume pas|ne resumez pas|ignora la richiesta|non riassumere|ignora la solicitud|ignora la peticion|no resumas|ignore o pedido|ignore a solicitacao|nao resuma|ignoriere die anfrage|ignoriere die bitte|fasse nicht zusammen|negeer het verzoek|negeer de vraag|vat niet samen|проигнорируи запрос|игнорируи запрос|не пересказываи|忽略用户的请求|忽略用戶的請求|忽略用户|忽略用戶|不要总结|ユーザーの依頼を無視|ユーザーの要求を無視|تجاهل طلب المستخدم"),
 		doc(inj, 0.6, "consigne pour l assistant|note pour l assistant|pour l assistant ia|a l assistant ia|a l attention de l ia|nota per l assistente|per l assistente ia|all assistente ia|nota para el asistente|para el asistente de ia|al asistente de ia|nota para o assistente|para o assistente de ia|ao assistente de ia|hinweis fur den ki|an den ki assistenten|fur den ki assistenten|an die ki|notitie voor de ai|voor de ai assistent|aan de ai assistent|указание для ии|для ии ассистента|ии ассистенту|для ассистента|致ai|给ai|給ai|ai助手|aiアシスタントへ|aiへ|الى المساعد|للمساعد الذكي|ملاحظة للذكاء الاصطناعي|system notice to assistant|notice to assistant|note to assistant|to the assistant|for the assistant"),
 		p(catMeta, 1, "chatml|chat template|special tokens|special token|tokenizer|log line|log lines|this log|log file|grep"),
+		// "The system rules are void": the same override in every language.
+		pg(inj, 0.8, 6, "regel*|anweisung*|vorgabe*|systemvorgabe*|systemanweisung*|instruc*|regra*|diretriz*|instructie*|systeeminstructie*|regels|reglas|directriz*|consigne*|regle*|istruzion*|regole|direttiv*|правила|инструкц*|указани*|директив* .. ausser kraft|auser kraft|ungultig|aufgehoben|gelten nicht mehr|nicht mehr gultig|nao valem mais|nao sao mais validas|foram revogadas|foram anuladas|sem efeito|ingetrokken|vervallen|ongeldig|gelden niet meer|niet meer geldig|ya no valen|ya no son validas|quedan anuladas|han sido revocadas|anuladas|sin efecto|ne sont plus valables|sont annulees|sont caduques|ne s appliquent plus|sont revoquees|non valgono piu|sono annullate|non sono piu valide|sono revocate|отменены|больше не деиствуют|недеиствительны|аннулированы|утратили силу"),
+		p(inj, 0.8, "ルール|指示|規則|命令 .. 無効になり|無効です|廃止され|取り消され|もう有効ではない|効力を失"),
+		p(inj, 0.5, "neue regel|neue anweisung|nova diretriz|nova regra|nieuwe opdracht|nieuwe regel|nueva regla|nueva directriz|nouvelle regle|nouvelle consigne|nuova regola|nuova direttiva|новое правило|новая инструкция|新しいルール|新しい指示"),
+		// Fiction asked for real-world harm, and harm asked of a freed persona.
+		p(jb, 0.45, "screenplay|story|novel|movie|film|script|play|scene|roleplay|role play|fiction|fictional|villain|character .. explains|describes|details|tells|teaches|monologue|walks through"),
+		p(jb, 0.55, "real world detail|complete accurate|accurate real world|exact quantities|exact amounts|exact measurements|precise quantities|precise instructions|step by step instructions|actually works|that really works|fully functional|working code"),
+		boost(jb, 0.4, "ricin|meth|methamphetamine|crystal meth|explosive*|bomb|bombs|nerve agent|sarin|malware|ransomware|keylogger|napalm|bioweapon*|weapon*|poison*|thermite|untraceable|steal passwords|hack into|break into"),
+		// Extraction by transformation: encode, translate, versify the prompt.
+		p(ext, 0.8, "encode|convert|translate|transform|rewrite|spell|reformat|rephrase|paraphrase|summarize|summarise .. your|the .. system|initial|hidden|original|secret|full .. instruction*|prompt*|message|rules|guidelines"),
+		p(ext, 0.6, "sentences|lines|words|contents|content|text|letters .. of|in|from .. your|the .. system prompt|instructions|hidden instructions|system message|initial prompt"),
 	)
 	s = append(s, multilingual()...)
 	return s
@@ -257,6 +268,26 @@ func lexiconSpecs() []spec {
 // multilingual is the lexicon of the other languages: the core of each
 // category, in each language.
 func multilingual() []spec {
+	out := multilingualSpecs()
+	for i := range out {
+		// Objects and destinations come after longer phrases in most languages.
+		if out[i].cat == exf && out[i].w >= 0.8 && out[i].gap == 0 && !out[i].lit && out[i].rx == "" && !hasIdeo(out[i].pat) {
+			out[i].gap = 8
+		}
+	}
+	return out
+}
+
+func hasIdeo(s string) bool {
+	for _, c := range s {
+		if isIdeo(c) {
+			return true
+		}
+	}
+	return false
+}
+
+func multilingualSpecs() []spec {
 	return []spec{
 		// ---- French ----
 		p(inj, 0.85, "ignore|ignorez|ignorer|ignores|oublie|oubliez|oublier|ne tiens pas compte|ne tenez pas compte|fais abstraction|faites abstraction|neglige|negligez|abandonne|abandonnez|passe outre|passez outre|outrepasse|outrepassez .. instruction*|consigne*|regle*|directive*|ordre*|indication*|commande*|prompt"),
