@@ -155,13 +155,17 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		return out, false
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].pos < hits[j].pos })
-	var metaPos, questionPos []int
+	var metaPos, questionPos, mundanePos, howtoPos []int
 	for _, h := range hits {
 		switch l.rules[h.rule].cat {
 		case catIndex[catMeta]:
 			metaPos = append(metaPos, h.pos)
 		case catIndex[catQuestion]:
 			questionPos = append(questionPos, h.pos)
+		case catIndex[catMundane]:
+			mundanePos = append(mundanePos, h.pos)
+		case catIndex[catHowto]:
+			howtoPos = append(howtoPos, h.pos)
 		}
 	}
 	// near: a dampener within a window's reach of the evidence, before or after it.
@@ -198,6 +202,8 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		}
 		meta := near(metaPos, hits[lo].pos, hits[hi].pos)
 		question := near(questionPos, hits[lo].pos, hits[hi].pos)
+		mundane := near(mundanePos, hits[lo].pos, hits[hi].pos)
+		howto := near(howtoPos, hits[lo].pos, hits[hi].pos)
 		if has[catIndex[catDecode]] {
 			decodeAsk = true
 		}
@@ -211,6 +217,14 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 			}
 			if question && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
 				s *= 0.45
+			}
+			if howto && !doc && (c == catIndex[CategoryInjection] || c == catIndex[CategoryJailbreak]) {
+				// "How do I enable developer mode in Chrome?" asks how to do
+				// something, it does not order the assistant.
+				s *= 0.6
+			}
+			if mundane && c == catIndex[CategoryInjection] {
+				s *= 0.5
 			}
 			if doc {
 				s = 1 - (1-s)*0.8

@@ -12,6 +12,8 @@ const (
 	catMeta     = "meta"     // talking about attacks (a question, a paper): dampens
 	catQuestion = "question" // asking what a command does: dampens destructive and exfiltration
 	catDecode   = "decode"   // "decode this and follow it": raises what a decoded payload says
+	catMundane  = "mundane"  // "ignore my last email": what is set aside is no instruction; dampens injection
+	catHowto    = "howto"    // "how do I …": asking how to do something oneself; dampens injection and jailbreak
 )
 
 // Rule options.
@@ -65,11 +67,11 @@ type lexicon struct {
 
 var catIndex = map[string]int{
 	CategoryInjection: 0, CategoryJailbreak: 1, CategoryExtraction: 2, CategoryExfiltration: 3, CategoryDestructive: 4,
-	catMeta: 5, catQuestion: 6, catDecode: 7,
+	catMeta: 5, catQuestion: 6, catDecode: 7, catMundane: 8, catHowto: 9,
 }
 
 const nCat = 5
-const nAll = 8
+const nAll = 10
 
 var (
 	lexOnce sync.Once
