@@ -20,6 +20,8 @@ const (
 	windowBytes = 512
 	// maxDepth bounds nested decoding (base64 of hex of ...).
 	maxDepth = 2
+	// systemFactor discounts evidence in system-role segments.
+	systemFactor = 0.55
 )
 
 // BuiltinConfig configures the built-in classifier.
@@ -70,6 +72,14 @@ func (b *Builtin) Classify(ctx context.Context, segs []Segment) (Verdict, error)
 		}
 		doc := sg.Source == SourceTool || sg.Source == SourceDocument || sg.Role == "tool"
 		sc := scoreText(sg.Text, doc, 0, &budget)
+		if sg.Role == "system" {
+			// The operator's own system prompt: its "never reveal these
+			// instructions" is a rule, not an attack; only blatant
+			// evidence (chat-template tags, several rules) still counts.
+			for c := range sc {
+				sc[c] *= systemFactor
+			}
+		}
 		for c := 0; c < nCat; c++ {
 			name := Categories[c]
 			if sc[c] > v.Scores[name] {
@@ -145,13 +155,17 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		return out, false
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].pos < hits[j].pos })
-	var metaPos, questionPos []int
+	var metaPos, questionPos, mundanePos, howtoPos []int
 	for _, h := range hits {
 		switch l.rules[h.rule].cat {
 		case catIndex[catMeta]:
 			metaPos = append(metaPos, h.pos)
 		case catIndex[catQuestion]:
 			questionPos = append(questionPos, h.pos)
+		case catIndex[catMundane]:
+			mundanePos = append(mundanePos, h.pos)
+		case catIndex[catHowto]:
+			howtoPos = append(howtoPos, h.pos)
 		}
 	}
 	// near: a dampener within a window's reach of the evidence, before or after it.
@@ -188,6 +202,8 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 		}
 		meta := near(metaPos, hits[lo].pos, hits[hi].pos)
 		question := near(questionPos, hits[lo].pos, hits[hi].pos)
+		mundane := near(mundanePos, hits[lo].pos, hits[hi].pos)
+		howto := near(howtoPos, hits[lo].pos, hits[hi].pos)
 		if has[catIndex[catDecode]] {
 			decodeAsk = true
 		}
@@ -201,6 +217,14 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 			}
 			if question && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
 				s *= 0.45
+			}
+			if howto && !doc && (c == catIndex[CategoryInjection] || c == catIndex[CategoryJailbreak]) {
+				// "How do I enable developer mode in Chrome?" asks how to do
+				// something, it does not order the assistant.
+				s *= 0.6
+			}
+			if mundane && c == catIndex[CategoryInjection] {
+				s *= 0.5
 			}
 			if doc {
 				s = 1 - (1-s)*0.8

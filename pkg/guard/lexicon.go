@@ -75,7 +75,7 @@ func lexiconSpecs() []spec {
 		doc(inj, 0.35, "important|urgent|critical|attention|warning|note|notice|override|admin|system|nb .. instruction*|message|directive|notice|note|update|override|command"),
 		// encoded payloads that ask to be followed
 		p(catDecode, 0.5, "decode|decipher|decrypt|unscramble|reverse|rot13|base64|hex|translate|convert|read .. and|then|,|it and .. follow|execute|obey|do|run|carry out|act on|perform|comply|apply|treat|respond|answer|what it says"),
-		p(inj, 0.55, "decode|decipher|decrypt|unscramble|reverse|read .. this|the following|it|these|message|text|string|payload .. and|then .. follow|execute|obey|do what|run|carry out|act on|perform|comply with|apply"),
+		p(inj, 0.4, "decode|decipher|decrypt|unscramble|reverse|read .. this|the following|it|these|message|text|string|payload .. and|then .. follow|execute|obey|do what|run|carry out|act on|perform|comply with|apply"),
 		p(inj, 0.45, "follow|execute|obey|carry out|act on|comply with .. the decoded|decoded|hidden|encoded|embedded|secret|reversed|base64|rot13|hex .. instruction*|message|text|command*|payload|content|string"),
 		lit(inj, 0.85, "<|im_start|>"),
 		lit(inj, 0.8, "<|im_end|>"),
@@ -150,6 +150,8 @@ func lexiconSpecs() []spec {
 		p(exf, 0.85, enSend+" .. "+enSecret+" .. "+enDest),
 		pg(exf, 0.85, 8, enSend+" .. "+enSecret+" .. to|at|into|via|using|onto|over .. "+enDest),
 		p(exf, 0.4, enSend+" .. "+enSecret),
+		pg(exf, 0.8, 14, enSecret+" .. "+enSend+"|append|include|attach .. it|them|this|those|everything|all .. to|at|in|into|via .. "+enDest+"|a request|a get request|a post request|the request|the query"),
+		p(exf, 0.5, "followed by|append|appending|include|including|with .. the user s|the users|user s|your|the|any|all .. previous messages|conversation|chat history|messages|credentials|passwords|api keys|secrets|saved credentials|system prompt"),
 		p(exf, 0.8, "include|append|embed|add|put|insert|encode|attach|place|concatenate|substitute|replace .. api key*|password*|token*|secret*|credential*|conversation*|chat|user s|users|the user|personal|email address|history|data|previous messages|system prompt|keys .. in|into|to|as|inside|within .. link|url|urlx|image|query|request|parameter|query string|image url|markdown image|the address|the href|path|src"),
 		p(exf, 0.7, "render|display|show|output|include|insert|add|embed .. image|markdown image|img|pixel|link .. urlx|from|with|pointing|whose url|url|source"),
 		rx(exf, 0.65, "![", `!\[[^\]]{0,100}\]\(\s*(https?:)?//[^)\s]*\?[^)\s]*=`),
@@ -203,7 +205,7 @@ func lexiconSpecs() []spec {
 		rx(dst, 0.65, "kubectl", `kubectl\s+delete\s+[^\n]{0,80}(--all\b|-a\b|namespace|ns\s|nodes?\b|pv\b|pvc\b|deployments?\s+--all)`),
 		rx(dst, 0.65, "terraform", `terraform\s+(destroy|apply\s+-destroy)`),
 		lit(dst, 0.45, "-auto-approve"),
-		rx(dst, 0.6, "chmod", `chmod\s+(-r\s+)?(777|000|0000|-x)\s+/(\s|$|etc|bin|usr)`),
+		rx(dst, 0.6, "chmod", `chmod\s+(-r\s+)?(777|000|0000|-x)\s+/([\s\x60'"*]|$|etc|bin|usr)`),
 		rx(dst, 0.55, "chown", `chown\s+-r\s+\S+\s+/(\s|$)`),
 		rx(dst, 0.6, "mv ", `mv\s+(/|~|/\*|\*)\s+/dev/null`),
 		rx(dst, 0.55, "docker", `docker\s+(system\s+prune\s+-a|rm\s+-f\s+\$\(docker\s+ps|volume\s+prune\s+-f|rmi\s+-f\s+\$\()`),
@@ -225,16 +227,48 @@ func lexiconSpecs() []spec {
 		p(dst, 0.55, "shut down|shutdown|power off|turn off|take down|crash|kill .. the|all|every .. server*|production|prod|cluster|database|machines|nodes|services|system|network"),
 		boost(dst, 0.45, enRun),
 		p(dst, 0.25, "run|execute|exec .. this|the following|these|it|command|commands|script|code"),
+		// A quoted command line that destroys: weak alone, an attack with an order to run it.
+		rx(dst, 0.4, "`", "`[^`\\n]{0,80}(^|[^a-z])(rm|shred|destroy|delete|drop|wipe|wipefs|truncate|purge|mkfs|prune|dd|format|erase|nuke)($|[^a-z])[^`\\n]{0,80}`"),
+		rx(dst, 0.5, "delete", `(projects|instances|clusters?|buckets?|databases?|repos?|namespaces?)\s+delete\s|delete\s+[^\n]{0,40}--(all|force|quiet)`),
+		rx(dst, 0.5, "destroy", `(zfs|zpool|lvm|vgremove)\s+destroy\s|destroy\s+-[a-z]*r`),
+		rx(dst, 0.5, "shred", `shred\s+-[a-z]*[uz]`),
 
 		// ---------------- meta: talking about attacks ----------------
 		pg(catMeta, 1, 8, "how do|how does|how can|how to|how would|what is|what are|what s|whats|explain|describe|why do|why does|why is|why are|tell me about|history of|overview of|examples of|example of|classify|detect*|prevent*|defend*|mitigat*|protect*|guard against|safeguard*|research*|paper|thesis|essay|article|course|lecture|study|survey|blog post|training|awareness|red team*|define|definition|difference between|risk*|common|typical|known|recogni*|identify|flag|filter|classifier|spot|write a report|report on|taxonomy|categories of|types of|teach|learn about|understand|analy*|dataset|benchmark|policy on|security team|warn|warning|beware|caution"+
 			" .. prompt injection*|injection attack*|injections|jailbreak*|attack*|dan prompt*|llm security|ai security|prompt hack*|adversarial prompt*|malicious prompt*|social engineering|indirect injection|data exfiltration|exfiltration|prompt leak*|system prompt leak*|phishing|attacker*|hacker*|red teaming|guardrail*|safety filter*|moderation|defenses|threats|vulnerabilit*"),
 		pg(catMeta, 1, 8, "prompt injection*|injection attack*|jailbreak*|dan prompt*|prompt hack*|adversarial prompt*|malicious prompt*|indirect injection|exfiltration attack*|prompt leak*"+
 			" .. work|works|look like|looks like|example|examples|defend|defense|defence|prevent|detect|mitigat*|research|paper|thesis|essay|article|explain|explained|history|evolution|classif*|categor*|dataset|benchmark|study|detector|filter|recogni*"),
-		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|my system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
+		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
 		// Asking about a command or how to do something is not asking to do it.
-		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|confirm|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
+		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
+	s = append(s,
+		// Text in a tool output or document that addresses the assistant
+		// and countermands the user is an injection in any language.
+		p(inj, 0.7, "ignore|disregard|do not answer|don t answer|skip .. the user s|the users|user s .. request|question|instructions|query|message"),
+		p(inj, 0.75, "ignore la demande|ignorez la demande|ne resume pas|ne resumez pas|ignora la richiesta|non riassumere|ignora la solicitud|ignora la peticion|no resumas|ignore o pedido|ignore a solicitacao|nao resuma|ignoriere die anfrage|ignoriere die bitte|fasse nicht zusammen|negeer het verzoek|negeer de vraag|vat niet samen|проигнорируи запрос|игнорируи запрос|не пересказываи|忽略用户的请求|忽略用戶的請求|忽略用户|忽略用戶|不要总结|ユーザーの依頼を無視|ユーザーの要求を無視|تجاهل طلب المستخدم"),
+		doc(inj, 0.6, "consigne pour l assistant|note pour l assistant|pour l assistant ia|a l assistant ia|a l attention de l ia|nota per l assistente|per l assistente ia|all assistente ia|nota para el asistente|para el asistente de ia|al asistente de ia|nota para o assistente|para o assistente de ia|ao assistente de ia|hinweis fur den ki|an den ki assistenten|fur den ki assistenten|an die ki|notitie voor de ai|voor de ai assistent|aan de ai assistent|указание для ии|для ии ассистента|ии ассистенту|для ассистента|致ai|给ai|給ai|ai助手|aiアシスタントへ|aiへ|الى المساعد|للمساعد الذكي|ملاحظة للذكاء الاصطناعي|system notice to assistant|notice to assistant|note to assistant|to the assistant|for the assistant"),
+		p(catMeta, 1, "chatml|chat template|special tokens|special token|tokenizer|log line|log lines|this log|log file|grep"),
+		pg(catMundane, 1, 1, "my previous|my last|my earlier|my other|the previous|the last|my first|what i said|what i wrote .. email|e mail|mail|message|line|lines|reply|answer|comment|version|commit|draft|paragraph|sentence|spreadsheet|attachment|note|post|order|typo|about|text|request"),
+		// Extraction by continuation and by asking what was said before.
+		p(ext, 0.7, "continue|complete|finish|resume .. the text|the sentence|the passage|from|starting|where .. you are a|you are an|my instructions|your instructions|the system prompt|the prompt"),
+		p(ext, 0.7, "everything|what s|what is|whats|all text|the contents|contents .. in your context|in your context window|of your context|in your memory|of your prompt|before my first message|before my message|before this conversation"),
+		p(ext, 0.7, "qu est ce qu on t a dit|quelles instructions as tu recues|quelles consignes as tu recues|que te dijeron|que instrucciones recibiste|que instrucciones tienes|was wurde dir gesagt|welche anweisungen hast du|welche anweisungen wurden dir|cosa ti hanno detto|quali istruzioni hai ricevuto|quali istruzioni hai|o que te disseram|quais instrucoes voce recebeu|quais instrucoes voce tem|wat is je verteld|welke instructies heb je|что тебе сказали|какие инструкции ты получил|какие у тебя инструкции|你收到了什么指令|你收到了什麼指令|你的指令是什么|你的指令是什麼|どんな指示を受け|どのような指示を受け|ما التعليمات التي تلقيتها|ما هي تعليماتك"),
+		p(catHowto, 1, "how do i|how can i|how would i|how should i|how do we|how can we|how do you|what do the|what does the|what is the|what are the|comment puis je|comment faire pour|como puedo|como hago para|wie kann ich|wie mache ich|come posso|hoe kan ik|como posso|как мне|как я могу"),
+		boost(ext, 0.35, "mot pour mot|palabra por palabra|palavra por palavra|parola per parola|wortlich|woordelijk|letterlijk|дословно|原封不动|原封不動|一字一句|حرفيا|integralement|en entier|целиком|per intero|por completo|completo|vollstandig|volledig"),
+		p(ext, 0.35, "prompt systeme|prompt de sistema|prompt do sistema|prompt di sistema|systemprompt|systeemprompt|системныи промпт|системные инструкции|instructions initiales|instrucciones iniciales|instrucoes iniciais|istruzioni iniziali|anfangsanweisungen|ursprunglichen anweisungen|oorspronkelijke instructies|موجه النظام|تعليمات النظام"),
+		// "The system rules are void": the same override in every language.
+		pg(inj, 0.8, 6, "regel*|anweisung*|vorgabe*|systemvorgabe*|systemanweisung*|instruc*|regra*|diretriz*|instructie*|systeeminstructie*|regels|reglas|directriz*|consigne*|regle*|istruzion*|regole|direttiv*|правила|инструкц*|указани*|директив* .. ausser kraft|auser kraft|ungultig|aufgehoben|gelten nicht mehr|nicht mehr gultig|nao valem mais|nao sao mais validas|foram revogadas|foram anuladas|sem efeito|ingetrokken|vervallen|ongeldig|gelden niet meer|niet meer geldig|ya no valen|ya no son validas|quedan anuladas|han sido revocadas|anuladas|sin efecto|ne sont plus valables|sont annulees|sont caduques|ne s appliquent plus|sont revoquees|non valgono piu|sono annullate|non sono piu valide|sono revocate|отменены|больше не деиствуют|недеиствительны|аннулированы|утратили силу"),
+		p(inj, 0.8, "ルール|指示|規則|命令 .. 無効になり|無効です|廃止され|取り消され|もう有効ではない|効力を失"),
+		p(inj, 0.5, "neue regel|neue anweisung|nova diretriz|nova regra|nieuwe opdracht|nieuwe regel|nueva regla|nueva directriz|nouvelle regle|nouvelle consigne|nuova regola|nuova direttiva|новое правило|новая инструкция|新しいルール|新しい指示"),
+		// Fiction asked for real-world harm, and harm asked of a freed persona.
+		p(jb, 0.45, "screenplay|story|novel|movie|film|script|play|scene|roleplay|role play|fiction|fictional|villain|character .. explains|describes|details|tells|teaches|monologue|walks through"),
+		p(jb, 0.55, "real world detail|complete accurate|accurate real world|exact quantities|exact amounts|exact measurements|precise quantities|precise instructions|step by step instructions|actually works|that really works|fully functional|working code"),
+		boost(jb, 0.4, "ricin|meth|methamphetamine|crystal meth|explosive*|bomb|bombs|nerve agent|sarin|malware|ransomware|keylogger|napalm|bioweapon*|weapon*|poison*|thermite|untraceable|steal passwords|hack into|break into"),
+		// Extraction by transformation: encode, translate, versify the prompt.
+		p(ext, 0.8, "encode|convert|translate|transform|rewrite|spell|reformat|rephrase|paraphrase|summarize|summarise .. your|the .. system|initial|hidden|original|secret|full .. instruction*|prompt*|message|rules|guidelines"),
+		p(ext, 0.6, "sentences|lines|words|contents|content|text|letters .. of|in|from .. your|the .. system prompt|instructions|hidden instructions|system message|initial prompt"),
+	)
 	s = append(s, multilingual()...)
 	return s
 }
@@ -242,11 +276,47 @@ func lexiconSpecs() []spec {
 // multilingual is the lexicon of the other languages: the core of each
 // category, in each language.
 func multilingual() []spec {
+	out := multilingualSpecs()
+	for i := range out {
+		// Objects and destinations come after longer phrases in most languages.
+		if out[i].cat == exf && out[i].w >= 0.8 && out[i].gap == 0 && !out[i].lit && out[i].rx == "" && !hasIdeo(out[i].pat) {
+			out[i].gap = 8
+		}
+	}
+	return out
+}
+
+func hasIdeo(s string) bool {
+	for _, c := range s {
+		if isIdeo(c) {
+			return true
+		}
+	}
+	return false
+}
+
+func multilingualSpecs() []spec {
 	return []spec{
 		// ---- French ----
 		p(inj, 0.85, "ignore|ignorez|ignorer|ignores|oublie|oubliez|oublier|ne tiens pas compte|ne tenez pas compte|fais abstraction|faites abstraction|neglige|negligez|abandonne|abandonnez|passe outre|passez outre|outrepasse|outrepassez .. instruction*|consigne*|regle*|directive*|ordre*|indication*|commande*|prompt"),
 		p(inj, 0.5, "nouvelle*|nouveau*|vraie*|veritable*|reelle* .. instruction*|consigne*|regle*|directive*|mission|tache"),
 		p(inj, 0.45, "tu es maintenant|vous etes maintenant|a partir de maintenant|desormais|dorenavant|a partir de ce moment"),
+		p(inj, 0.55, "ne tiens plus compte|ne tenez plus compte|oublie|oubliez|ignore|ignorez .. ce qu on t a dit|ce qu on vous a dit|ce que l on t a dit|ce qu on t a demande|tout ce qu on t a dit"),
+		p(inj, 0.45, "c est moi qui fixe les regles|c est moi qui commande|tu m obeis|vous m obeissez|je fixe les regles"),
+		p(inj, 0.45, "desde ahora|a partir de ahora|de ahora en adelante .. mando yo|yo mando|haces lo que yo|obedeces|obedeceme"),
+		p(inj, 0.55, "olvidate de|olvida|olvide|ignora .. lo que te dijeron|lo que te han dicho|lo que te ordenaron|todo lo que te dijeron"),
+		p(inj, 0.55, "lascia perdere|dimentica|ignora .. le regole|quello che ti hanno detto|cio che ti hanno detto|le istruzioni"),
+		p(inj, 0.45, "comando io|tu esegui|obbedisci|decido io"),
+		p(inj, 0.55, "забудь|забудьте|игнорируи .. что тебе велели|что тебе сказали|что тебе говорили|что вам сказали"),
+		p(inj, 0.45, "правила устанавливаю я|я устанавливаю правила|ты просто выполняешь|слушаешься меня"),
+		p(inj, 0.55, "言われた|与えられた|最初の .. ルール|指示|命令 .. 忘れ|無視"),
+		p(inj, 0.45, "私がルールを決め|私の言う通り|その通りにやって"),
+		p(inj, 0.8, "系统指令|系統指令|之前的指令|原来的指令|所有指令|以前的指令 .. 已经作废|已經作廢|作废|作廢|失效|无效|無效|取消"),
+		p(inj, 0.8, "تعليمات النظام|التعليمات السابقة .. الغيت|أُلغيت|ألغيت|ملغاة|باطلة|لم تعد سارية"),
+		p(inj, 0.5, "القاعدة الجديدة|المهمة الجديدة|新的要求|新要求|新规则|新規則"),
+		p(ext, 0.85, "laat|geef|toon .. je|jouw|uw .. systeemprompt|systeem prompt|verborgen instructies|instructies"),
+		p(jb, 0.8, "制限|フィルター|検閲 .. ない|なし .. ai|アシスタント|モデル"),
+		p(jb, 0.45, "キャラを崩さず|キャラクターを崩さず|役を崩さず"),
 		p(jb, 0.8, "sans|aucune|aucun|libere de|libre de .. restriction*|filtre*|limite*|regle*|censure|ethique|morale|limitation*|contrainte*|garde fou*"),
 		p(jb, 0.8, "mode developpeur|mode dev|mode dieu|mode sans restriction|mode jailbreak|mode dan|fais semblant d etre une ia|fais comme si tu etais une ia|ia sans|jailbreake|debride"),
 		p(ext, 0.85, "revele|revelez|affiche|affichez|montre|montrez|repete|repetez|imprime|imprimez|donne|donnez|dis moi|dites moi|ecris|ecrivez|partage|partagez|divulgue|divulguez|quel est|quelles sont|quelles etaient|quel etait .. ton|ta|tes|votre|vos|le|la|les .. prompt systeme|invite systeme|prompt|instructions initiales|instructions|consignes|message systeme|instructions systeme|regles|consignes initiales"),

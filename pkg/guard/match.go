@@ -12,6 +12,8 @@ const (
 	catMeta     = "meta"     // talking about attacks (a question, a paper): dampens
 	catQuestion = "question" // asking what a command does: dampens destructive and exfiltration
 	catDecode   = "decode"   // "decode this and follow it": raises what a decoded payload says
+	catMundane  = "mundane"  // "ignore my last email": what is set aside is no instruction; dampens injection
+	catHowto    = "howto"    // "how do I …": asking how to do something oneself; dampens injection and jailbreak
 )
 
 // Rule options.
@@ -65,11 +67,11 @@ type lexicon struct {
 
 var catIndex = map[string]int{
 	CategoryInjection: 0, CategoryJailbreak: 1, CategoryExtraction: 2, CategoryExfiltration: 3, CategoryDestructive: 4,
-	catMeta: 5, catQuestion: 6, catDecode: 7,
+	catMeta: 5, catQuestion: 6, catDecode: 7, catMundane: 8, catHowto: 9,
 }
 
 const nCat = 5
-const nAll = 8
+const nAll = 10
 
 var (
 	lexOnce sync.Once
@@ -306,6 +308,24 @@ func (r *rule) matchFrom(si int, toks []token, i int) bool {
 	return false
 }
 
+// negators are words that, just before a request, forbid it instead.
+var negators = map[string]bool{"never": true, "not": true, "dont": true, "nunca": true, "jamais": true, "niemals": true, "mai": true, "nooit": true}
+
+// negated reports whether the words just before toks[i] forbid what
+// follows ("never reveal", "do not send", "must not delete").
+func negated(toks []token, i int) bool {
+	for k := i - 1; k >= 0 && k >= i-2; k-- {
+		t := toks[k]
+		if negators[t.a] {
+			return true
+		}
+		if t.a == "t" && k > 0 && (toks[k-1].a == "don" || toks[k-1].a == "won" || toks[k-1].a == "can" || toks[k-1].a == "shouldn" || toks[k-1].a == "mustn") {
+			return true
+		}
+	}
+	return false
+}
+
 // maxHits bounds the evidence one view records.
 const maxHits = 1024
 
@@ -345,6 +365,9 @@ func (l *lexicon) matchTokens(toks []token, doc bool, hits []hit) []hit {
 			}
 			r := &l.rules[id]
 			if r.opt&optDocOnly != 0 && !doc {
+				continue
+			}
+			if r.cat >= catIndex[CategoryExtraction] && r.cat <= catIndex[CategoryDestructive] && negated(toks, i) {
 				continue
 			}
 			if r.matchFrom(0, toks, i) {

@@ -339,7 +339,7 @@ func mergeSpaced(s string, toks []token) []token {
 			}
 			t := token{a: w.String(), pos: start}
 			t.b = altSpelling(t.a)
-			parts := segmentLong(t)
+			parts := segmentTol(t, 3)
 			out = append(out, parts...)
 			w.Reset()
 		}
@@ -360,7 +360,12 @@ func mergeSpaced(s string, toks []token) []token {
 // segmentLong cuts a long run of Latin letters with no spaces
 // ("ignorepreviousinstructions") into lexicon words when the vocabulary
 // covers most of it; other tokens come back as they are.
-func segmentLong(t token) []token {
+func segmentLong(t token) []token { return segmentTol(t, 10) }
+
+// segmentTol is segmentLong allowing one letter outside the vocabulary
+// per tol letters of the word (spelled-out text tolerates more: its
+// words were clearly separated by their writer).
+func segmentTol(t token, tol int) []token {
 	w := t.a
 	if t.b != "" {
 		w = t.b
@@ -389,7 +394,7 @@ func segmentLong(t token) []token {
 			}
 		}
 	}
-	if cost[n]*10 > n {
+	if cost[n]*tol > n {
 		return []token{t}
 	}
 	var parts []token
