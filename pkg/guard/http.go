@@ -208,8 +208,8 @@ func parseLabels(r []byte, n int) ([][]label, error) {
 
 // Combine joins classifiers. "max": every classifier judges, each
 // category scores the highest any gave, and the verdict is malicious when
-// any classifier's is (each with its own threshold); an error from any is
-// the error. "external_only": the first classifier alone (the caller
+// any classifier's is (each with its own threshold); a classifier that
+// fails is left out, and only when every one fails is the error returned. "external_only": the first classifier alone (the caller
 // passes the external one), named "combined".
 func Combine(mode string, cs ...Classifier) Classifier {
 	return &combined{mode: mode, cs: cs}
@@ -237,10 +237,14 @@ func (c *combined) Classify(ctx context.Context, segs []Segment) (Verdict, error
 	for _, cat := range Categories {
 		out.Scores[cat] = 0
 	}
+	var errs []error
 	for _, cl := range c.cs {
 		v, err := cl.Classify(ctx, segs)
 		if err != nil {
-			return Verdict{}, err
+			// One classifier down (an external endpoint timing out) leaves
+			// the others' judgement: the request is still judged.
+			errs = append(errs, err)
+			continue
 		}
 		for cat, s := range v.Scores {
 			if s > out.Scores[cat] {
@@ -253,6 +257,9 @@ func (c *combined) Classify(ctx context.Context, segs []Segment) (Verdict, error
 			out.Category, out.Score, out.Segment = v.Category, v.Score, v.Segment
 		}
 		out.Malicious = out.Malicious || v.Malicious
+	}
+	if len(errs) == len(c.cs) {
+		return Verdict{}, errors.Join(errs...)
 	}
 	return out, nil
 }

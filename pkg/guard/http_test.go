@@ -139,8 +139,12 @@ func TestCombine(t *testing.T) {
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "x", http.StatusServiceUnavailable) }))
 	defer down.Close()
 	bad, _ := NewHTTP(HTTPConfig{URL: down.URL + "/predict"})
-	if _, err := Combine("max", b, bad).Classify(context.Background(), destructive); err == nil {
-		t.Fatal("an external error was swallowed")
+	// The external classifier down: the built-in one still judges.
+	if v, err := Combine("max", b, bad).Classify(context.Background(), destructive); err != nil || !v.Malicious || v.Category != CategoryDestructive {
+		t.Fatalf("with the external classifier down: %+v, %v", v, err)
+	}
+	if _, err := Combine("max", bad).Classify(context.Background(), destructive); err == nil {
+		t.Fatal("every classifier failed and no error was returned")
 	}
 	if _, err := Combine("vote", b).Classify(context.Background(), destructive); err == nil {
 		t.Fatal("unknown mode accepted")

@@ -389,7 +389,9 @@ func TestAdmissionExternalClassifierCombined(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(out)
 	}))
 	defer ext.Close()
-	h := startEdge(t, func(c *edge.Config) { c.ClassifierURL = ext.URL + "/predict" })
+	// A generous timeout: on a loaded machine the default 2 s could pass,
+	// and a classifier that fails is left out of the combination.
+	h := startEdge(t, func(c *edge.Config) { c.ClassifierURL, c.ClassifierTimeout = ext.URL+"/predict", time.Minute })
 	h.registerModel("chat")
 	var served atomic.Int64
 	h.worker("chat", "w1", func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
