@@ -36,7 +36,7 @@ const (
 	enHidden   = "your|the system|system|initial|original|hidden|secret|internal|full|entire|complete|exact|developer|pre|above|previous|first|confidential|underlying|starting|opening|verbatim"
 	enPromptT  = "prompt*|instruction*|system message*|message*|rules|guideline*|directive*|configuration|context|preprompt|pre prompt|setup|meta prompt|initialization"
 	enSend     = "send|post|upload|forward|email|mail|transmit|exfiltrat*|leak|submit|push|beam|curl|wget|fetch|transfer|relay|report|deliver|copy|sync|export|dump|pipe"
-	enSecret   = "conversation*|chat history|chat log*|chat|history|secrets|secret|credential*|password*|passwd|api key*|apikey*|keys|key|token*|env|environment variable*|ssh key*|private key*|cookie*|session*|personal data|personal information|user data|user s data|users data|customer data|sensitive data|sensitive information|confidential*|system prompt|previous messages|messages|all data|all files|the data|your data|this data|every message|transcript|emails|inbox|contacts|documents|files|memory|memories|card number*|credit card*|social security|address book|database|records"
+	enSecret   = "email address*|e mail address*|phone number*|telephone number*|home address*|postal address*|iban*|bank detail*|bank account*|account number*|customer table|users table|user table|customer list|customer record*|contact detail*|pii|conversation*|chat history|chat log*|chat|history|secrets|secret|credential*|password*|passwd|api key*|apikey*|keys|key|token*|env|environment variable*|ssh key*|private key*|cookie*|session*|personal data|personal information|user data|user s data|users data|customer data|sensitive data|sensitive information|confidential*|system prompt|previous messages|messages|all data|all files|the data|your data|this data|every message|transcript|emails|inbox|contacts|documents|files|memory|memories|card number*|credit card*|social security|address book|database|records"
 	enDest     = "urlx|emailx|server|endpoint|webhook|address|ftp|site|website|domain|pastebin|discord|telegram|attacker|external|remote|my server|this link|the link|link|url|ip|host|bucket|s3"
 	enRoleplay = "pretend|imagine|act as|acting as|roleplay|role play|behave as|simulate|you are|you re|become|play the role of|play as|you will be|respond as|answer as|take on the role|assume the role|personify|from now on you"
 	enAI       = "ai|assistant|model|chatbot|bot|llm|entity|character|persona|version|gpt|chatgpt|language model|machine|system|being"
@@ -190,7 +190,7 @@ func lexiconSpecs() []spec {
 		lit(dst, 0.8, ":(){:|:&};:"),
 		rx(dst, 0.75, ":|:", `:\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:`),
 		rx(dst, 0.5, "drop ", `drop\s+(table|database|schema|user|keyspace|collection)\s+(if\s+exists\s+)?[\w."\x60\[\]*]+`),
-		rx(dst, 0.45, "truncate", `truncate\s+(table\s+)?[\w."\x60]+\s*;`),
+		rx(dst, 0.45, "truncate", `truncate\s+(table\s+)?[\w."\x60]+\s*(cascade\s*|restrict\s*)?;`),
 		rx(dst, 0.45, "delete from", `delete\s+from\s+[\w."\x60]+\s*(;|$|where\s+1\s*=\s*1|where\s+true)`),
 		lit(dst, 0.55, "dropdatabase()"),
 		lit(dst, 0.5, "flushall"),
@@ -252,7 +252,7 @@ func lexiconSpecs() []spec {
 		pg(catMundane, 1, 1, "my previous|my last|my earlier|my other|the previous|the last|my first|what i said|what i wrote .. email|e mail|mail|message|line|lines|reply|answer|comment|version|commit|draft|paragraph|sentence|spreadsheet|attachment|note|post|order|typo|about|text|request"),
 		// Extraction by continuation and by asking what was said before.
 		p(ext, 0.7, "continue|complete|finish|resume .. the text|the sentence|the passage|from|starting|where .. you are a|you are an|my instructions|your instructions|the system prompt|the prompt"),
-		p(ext, 0.7, "everything|what s|what is|whats|all text|the contents|contents .. in your context|in your context window|of your context|in your memory|of your prompt|before my first message|before my message|before this conversation"),
+		p(ext, 0.7, "everything|what s|what is|whats|all text|the contents|contents .. in your context|in your context window|of your context|in your memory|of your prompt|before my first message|before my message|before this conversation|before the conversation|before the start of|before the beginning of|before this chat|before our conversation|before you received my|before i wrote|you received before|you were given before|you got before"),
 		p(ext, 0.7, "qu est ce qu on t a dit|quelles instructions as tu recues|quelles consignes as tu recues|que te dijeron|que instrucciones recibiste|que instrucciones tienes|was wurde dir gesagt|welche anweisungen hast du|welche anweisungen wurden dir|cosa ti hanno detto|quali istruzioni hai ricevuto|quali istruzioni hai|o que te disseram|quais instrucoes voce recebeu|quais instrucoes voce tem|wat is je verteld|welke instructies heb je|что тебе сказали|какие инструкции ты получил|какие у тебя инструкции|你收到了什么指令|你收到了什麼指令|你的指令是什么|你的指令是什麼|どんな指示を受け|どのような指示を受け|ما التعليمات التي تلقيتها|ما هي تعليماتك"),
 		p(catHowto, 1, "how do i|how can i|how would i|how should i|how do we|how can we|how do you|what do the|what does the|what is the|what are the|comment puis je|comment faire pour|como puedo|como hago para|wie kann ich|wie mache ich|come posso|hoe kan ik|como posso|как мне|как я могу"),
 		boost(ext, 0.35, "mot pour mot|palabra por palabra|palavra por palavra|parola per parola|wortlich|woordelijk|letterlijk|дословно|原封不动|原封不動|一字一句|حرفيا|integralement|en entier|целиком|per intero|por completo|completo|vollstandig|volledig"),
@@ -268,6 +268,56 @@ func lexiconSpecs() []spec {
 		// Extraction by transformation: encode, translate, versify the prompt.
 		p(ext, 0.8, "encode|convert|translate|transform|rewrite|spell|reformat|rephrase|paraphrase|summarize|summarise .. your|the .. system|initial|hidden|original|secret|full .. instruction*|prompt*|message|rules|guidelines"),
 		p(ext, 0.6, "sentences|lines|words|contents|content|text|letters .. of|in|from .. your|the .. system prompt|instructions|hidden instructions|system message|initial prompt"),
+		// "Everything before my first message / before this conversation
+		// began": extraction by position, in every language.
+		pg(ext, 0.8, 6, "tout|toutes les instructions|les instructions|tout ce qui|le texte .. avant mon premier message|avant le debut|avant le commencement|avant cette conversation|avant notre conversation|avant ce dialogue"),
+		pg(ext, 0.8, 6, "alles|alle anweisungen|die anweisungen|samtliche anweisungen|den text|alle instruktionen .. vor meiner ersten nachricht|vor meiner nachricht|vor beginn|vor dem beginn|vor dem anfang|vor diesem gesprach|vor dieser unterhaltung|vor unserem gesprach|vor diesem chat"),
+		pg(ext, 0.8, 6, "todo|todas las instrucciones|las instrucciones|todo lo|el texto .. antes de mi primer mensaje|antes del inicio|antes del comienzo|antes de empezar|antes de esta conversacion|antes de nuestra conversacion"),
+		pg(ext, 0.8, 6, "tudo|todas as instrucoes|as instrucoes|o texto .. antes da minha primeira mensagem|antes do inicio|antes do comeco|antes desta conversa|antes da nossa conversa"),
+		pg(ext, 0.8, 6, "tutto|tutte le istruzioni|le istruzioni|il testo .. prima del mio primo messaggio|prima dell inizio|prima di questa conversazione|prima della nostra conversazione"),
+		pg(ext, 0.8, 6, "alles|alle instructies|de instructies|de tekst .. voor mijn eerste bericht|voor mijn bericht|voor het begin|voor de start|voor dit gesprek|voor ons gesprek|voordat dit gesprek"),
+		pg(ext, 0.8, 6, "все|все инструкции|инструкции|указания|все указания|весь текст .. до начала|до моего первого сообщения|до первого сообщения|перед началом|до этого диалога|до этого разговора"),
+		p(ext, 0.8, "重复|重複|复述|複述|输出|輸出|打印|显示|顯示|告诉我|告訴我 .. 对话开始之前|對話開始之前|对话开始前|對話開始前|第一条消息之前|第一條消息之前|开始之前收到|開始之前收到"),
+		p(ext, 0.8, "会話が始まる前|会話の前に|会話開始前|最初のメッセージの前|最初のメッセージより前 .. 指示|内容|テキスト|プロンプト"),
+		pg(ext, 0.8, 6, "كل التعليمات|التعليمات|كل ما|النص .. قبل بداية|قبل بدء|قبل رسالتي الاولى|قبل اول رسالة|قبل هذه المحادثة"),
+		// "Forget what you were told before": the idiom in each language,
+		// needing company (people say it of their own earlier messages).
+		p(inj, 0.45, "vergiss|vergesst|vergessen sie|ignoriere|ignoriert .. alles|was .. man dir|dir gesagt|dir befohlen|dir aufgetragen|dir eingescharft|dir vorgegeben|vorher|zuvor|davor|bisher"),
+		p(inj, 0.45, "esquece|esqueca|esquecam|ignora|ignore .. o que|tudo o que|tudo que .. te mandaram|te disseram|te pediram|te ordenaram|te instruiram|lhe disseram|antes"),
+		p(inj, 0.45, "vergeet|negeer .. alles|wat .. je eerder|je is opgedragen|je gezegd|je verteld|eerder|tevoren|daarvoor"),
+		p(inj, 0.45, "انس|انسى|انسي|تجاهل|تجاهلي .. ما|كل ما .. طلب منك|قيل لك|امرت|في البداية|سابقا|من قبل"),
+		p(inj, 0.45, "oublie|oubliez .. tout ce qu|ce qu|ce que|tout ce que .. on t a dit|on vous a dit|on t a demande|on vous a demande|avant|auparavant"),
+		p(inj, 0.45, "olvida|olvide|olviden .. lo que|todo lo que .. te dijeron|te pidieron|te ordenaron|le dijeron|antes"),
+		p(inj, 0.45, "dimentica|dimenticate .. quello che|tutto cio che|cio che|tutto quello che .. ti hanno detto|ti e stato detto|ti hanno chiesto|prima"),
+		p(inj, 0.45, "забудь|забудьте .. все|что|все что .. тебе говорили|тебе сказали|тебе велели|вам сказали|раньше|до этого"),
+		p(inj, 0.45, "忘记|忘掉|忘了|忘記 .. 之前|以前|先前 .. 告诉你|告訴你|让你|讓你|要求你|指示|指令"),
+		// "From now on I make the rules": a claim to command the assistant.
+		p(inj, 0.45, "i make the rules|i set the rules|i decide the rules|i am in charge|i m in charge|i give the orders|i am your master|only my commands|only my instructions|only my orders|you do what i say|you only obey me|you obey only me|follow mine|obey mine"),
+		p(inj, 0.45, "nur noch meine befehle|nur meine befehle|nur noch meine anweisungen|nur meine anweisungen|ich bestimme die regeln|ich mache die regeln|du gehorchst mir|du tust was ich sage|tu was ich sage"),
+		p(inj, 0.45, "quem manda sou eu|eu faco as regras|eu dito as regras|eu defino as regras|voce so obedece|so obedece|obedeca a mim|so as minhas ordens|apenas as minhas ordens|apenas minhas ordens|faz o que eu digo|faca o que eu digo"),
+		p(inj, 0.45, "bepaal ik de regels|ik bepaal de regels|ik maak de regels|doe jij wat ik zeg|doe wat ik zeg|alleen mijn bevelen|alleen mijn opdrachten|alleen mijn instructies"),
+		p(inj, 0.45, "انا من يضع القواعد|انا اضع القواعد|عليك التنفيذ فقط|نفذ ما اقول|اوامري فقط|انا من يقرر القواعد"),
+		p(inj, 0.45, "c est moi qui commande|je fais les regles|je fixe les regles|seulement mes ordres|uniquement mes ordres|uniquement mes instructions|fais ce que je dis|tu fais ce que je dis|tu m obeis"),
+		p(inj, 0.45, "yo mando|yo pongo las reglas|yo hago las reglas|solo mis ordenes|solo mis instrucciones|solo obedeces|haz lo que yo diga|haces lo que yo digo|obedeceme"),
+		p(inj, 0.45, "comando io|le regole le faccio io|decido io le regole|solo i miei ordini|solo le mie istruzioni|fai quello che dico|fai cio che dico|obbedisci a me"),
+		p(inj, 0.45, "я устанавливаю правила|правила устанавливаю я|только мои команды|только мои приказы|только мои инструкции|делаи что я говорю|делаи то что я говорю|подчиняися мне"),
+		p(inj, 0.45, "我说了算|我說了算|只听我的|只聽我的|只服从我|只服從我|规则由我定|規則由我定|我来制定规则"),
+		p(inj, 0.45, "私の命令だけ|私の指示だけ|私の言う通り|ルールは私が決める"),
+		// A claim to be the real developer, and the system prompt called
+		// the attacker's.
+		p(inj, 0.6, "i am|i m|this is .. the real|your real|your actual|the actual|your true|the true .. developer|creator|admin|administrator|owner|operator|programmer"),
+		p(inj, 0.6, "instruction*|prompt*|rules|system prompt|system message .. were written by|was written by|come from|came from|were planted by|were injected by|were set by|are from .. an attacker|the attacker|a hacker|an impostor|an imposter|a malicious|someone malicious"),
+		// Harm asked of a persona: the grandmother who told the steps, the
+		// rant before "let's break the rules".
+		p(jb, 0.45, enRoleplay+" .. my grandmother|my grandma|my granny|my late|my dead|my deceased|my grandfather|my grandpa"),
+		p(jb, 0.45, "exact steps|the steps|step by step|the recipe|how to make|how to produce|how to build|how to synthesize|how to synthesise|how to create|instructions for making .. napalm|ricin|meth|methamphetamine|bomb|bombs|explosive*|nerve agent|sarin|mustard gas|anthrax|thermite|pipe bomb|chemical weapon*|bioweapon*|poison gas"),
+		p(jb, 0.5, "let s break the rules|lets break the rules|break all the rules|mandatory warning out of the way|moralizing rant|moralising rant|moral rant|now that we ve got that|now that we have got that"),
+		p(jb, 0.45, "answer|respond|reply|write|generate|output .. with no|without|without any .. limits|limitations|restrictions|filters|rules|boundaries"),
+		// Obfuscated destructive orders read back as words: the token form
+		// of what the command rules match in plain text.
+		p(dst, 0.7, "no preserve root"),
+		p(dst, 0.6, "rm rf|rm fr|rm r f .. on the server|on the live server|on the production server|on production|on prod|on the host|auf dem server|sur le serveur|en el servidor|no servidor|sul server|op de server|на сервере"),
+		p(dst, 0.6, "run|execute|exec|perform|issue|fuhre|fuhre aus|ausfuhren|ejecuta|ejecute|executez|execute|esegui|voer uit|выполни|выполните .. drop database|drop table|drop schema|truncate table|drop keyspace|drop collection"),
 	)
 	s = append(s, multilingual()...)
 	return s

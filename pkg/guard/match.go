@@ -202,7 +202,7 @@ func buildLexicon(specs []spec) *lexicon {
 		l.pfx2[k] = append(l.pfx2[k], w)
 	}
 	l.hidden = map[string]bool{}
-	for _, w := range strings.Fields("ignore disregard forget previous instructions instruction prompt system rules reveal jailbreak restrictions pretend developer delete remove execute send password secret conversation above prior override unrestricted filters") {
+	for _, w := range strings.Fields("ignore disregard forget previous instructions instruction prompt system rules reveal jailbreak restrictions pretend developer delete remove execute send password secret conversation above prior override unrestricted filters server root preserve database drop table production format wipe destroy truncate") {
 		l.hidden[rot13String(w)] = true
 		r := []byte(w)
 		for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
