@@ -215,7 +215,10 @@ func windowScores(l *lexicon, hits []hit, doc bool) (out [nCat]float64, decodeAs
 			if meta && c != catIndex[CategoryDestructive] {
 				s *= 0.5
 			}
-			if question && !doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) {
+			// In a document, a how-to about a command is dampened too, unless
+			// something orders it run.
+			if question && (!doc && (c == catIndex[CategoryDestructive] || c == catIndex[CategoryExfiltration]) ||
+				doc && c == catIndex[CategoryDestructive] && boost[c] == 0) {
 				s *= 0.45
 			}
 			if howto && !doc && (c == catIndex[CategoryInjection] || c == catIndex[CategoryJailbreak]) {

@@ -313,6 +313,21 @@ func lexiconSpecs() []spec {
 		p(jb, 0.45, "exact steps|the steps|step by step|the recipe|how to make|how to produce|how to build|how to synthesize|how to synthesise|how to create|instructions for making .. napalm|ricin|meth|methamphetamine|bomb|bombs|explosive*|nerve agent|sarin|mustard gas|anthrax|thermite|pipe bomb|chemical weapon*|bioweapon*|poison gas"),
 		p(jb, 0.5, "let s break the rules|lets break the rules|break all the rules|mandatory warning out of the way|moralizing rant|moralising rant|moral rant|now that we ve got that|now that we have got that"),
 		p(jb, 0.45, "answer|respond|reply|write|generate|output .. with no|without|without any .. limits|limitations|restrictions|filters|rules|boundaries"),
+		// Setting aside one's own earlier message, email or invoice is no
+		// override, in any language.
+		pg(catMundane, 1, 1, "الرسالة|رسالتي|البريد|بريدي|الفاتورة|الايميل .. السابقة|السابق|الاخيرة|الاخير|المرفقة"),
+		pg(catMundane, 1, 1, "le message|mon message|le mail|mon mail|le courriel|mon courriel|l e mail|mon e mail .. precedent|dernier|d avant"),
+		pg(catMundane, 1, 1, "el mensaje|mi mensaje|el correo|mi correo|el email|mi email .. anterior|previo|de antes"),
+		pg(catMundane, 1, 1, "a mensagem|minha mensagem|o email|meu email|o e mail|meu e mail .. anterior|previa"),
+		pg(catMundane, 1, 1, "il messaggio|il mio messaggio|la mail|la mia mail|l email|la mia email .. precedente|di prima"),
+		pg(catMundane, 1, 1, "die vorherige|meine vorherige|meine letzte|die letzte|die vorige|meine vorige .. nachricht|e mail|mail|rechnung"),
+		pg(catMundane, 1, 1, "het vorige|mijn vorige|mijn laatste|het laatste|de vorige .. bericht|mail|e mail|factuur"),
+		pg(catMundane, 1, 1, "предыдущее|мое предыдущее|последнее|мое последнее .. сообщение|письмо"),
+		// Asking what a system prompt is, or how it differs from a user
+		// message, is no attempt to read one.
+		pg(catMeta, 1, 3, "what is a|what are|what s a|whats a|define|definition of|difference between|how is it different|how does a|explain what .. system prompt|system prompts|system message|system messages|user message|user messages"),
+		// Fine-tuning templates and their headers are talk about formats.
+		p(catMeta, 1, "fine tuning|finetuning|fine tune|alpaca|prompt template|training template|instruction format|dataset format|training data|chat format"),
 		// Obfuscated destructive orders read back as words: the token form
 		// of what the command rules match in plain text.
 		p(dst, 0.7, "no preserve root"),
