@@ -331,6 +331,19 @@ func mergeSpaced(s string, toks []token) []token {
 				minGap = g
 			}
 		}
+		// Letters joined by dashes or dots ("r-u-n r-m"): a space between
+		// two of them is a word break, however narrow.
+		sepSpace := func(k int) bool {
+			lo, hi := toks[k-1].pos+len(toks[k-1].a), toks[k].pos
+			return lo <= hi && hi <= len(s) && strings.IndexByte(s[lo:hi], ' ') >= 0
+		}
+		spaceBreaks := false
+		for k := i + 1; k < j; k++ {
+			if !sepSpace(k) {
+				spaceBreaks = true
+				break
+			}
+		}
 		var w strings.Builder
 		start := toks[i].pos
 		flush := func() {
@@ -344,7 +357,7 @@ func mergeSpaced(s string, toks []token) []token {
 			w.Reset()
 		}
 		for k := i; k < j; k++ {
-			if k > i && toks[k].pos-toks[k-1].pos > minGap {
+			if k > i && (toks[k].pos-toks[k-1].pos > minGap || spaceBreaks && sepSpace(k)) {
 				flush()
 				start = toks[k].pos
 			}
@@ -353,7 +366,6 @@ func mergeSpaced(s string, toks []token) []token {
 		flush()
 		i = j
 	}
-	_ = s
 	return out
 }
 
