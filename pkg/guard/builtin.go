@@ -90,8 +90,59 @@ func (b *Builtin) Classify(ctx context.Context, segs []Segment) (Verdict, error)
 			}
 		}
 	}
+	// An attack spread over consecutive user turns: the end of one turn
+	// and the start of the next are judged together as well (bounded, so
+	// the cost stays that of one more window per turn).
+	prev, joinBudget := -1, b.maxBytes
+	for i, sg := range segs {
+		if sg.Role != "user" || sg.Source == SourceTool || sg.Source == SourceDocument {
+			continue
+		}
+		if prev >= 0 && joinBudget > 0 {
+			if err := ctx.Err(); err != nil {
+				return Verdict{}, err
+			}
+			joined := tail(segs[prev].Text, windowBytes) + "\n" + head(sg.Text, windowBytes)
+			jb := len(joined)
+			joinBudget -= jb
+			sc := scoreText(joined, false, maxDepth, &jb)
+			for c := 0; c < nCat; c++ {
+				name := Categories[c]
+				if sc[c] > v.Scores[name] {
+					v.Scores[name] = sc[c]
+				}
+				if sc[c] > v.Score {
+					v.Score, v.Category, v.Segment = sc[c], name, i
+				}
+			}
+		}
+		prev = i
+	}
 	v.Malicious = v.Score >= b.threshold
 	return v, nil
+}
+
+// head is s cut to at most n bytes at a rune boundary.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// tail is the last at most n bytes of s, from a rune boundary.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // scoreText scores one text: its hidden tag text and decoded payloads
