@@ -178,6 +178,11 @@ func scoreText(s string, doc bool, depth int, budget *int) [nCat]float64 {
 	l := lex()
 	hits := l.matchTokens(toks, doc, nil)
 	hits = l.matchLiterals(folded, doc, hits)
+	if lookalike := unconfuse(folded, toks); lookalike != "" {
+		// Commands spelled with Cyrillic or Greek look-alikes (DRОP with a
+		// Cyrillic О) meet the command rules in Latin letters.
+		hits = l.matchLiterals(lookalike, doc, hits)
+	}
 	if l.mayHide(toks) {
 		hits = l.matchTokens(rot13Tokens(toks, make([]token, 0, len(toks))), doc, hits)
 		hits = l.matchTokens(reversedTokens(toks, make([]token, 0, len(toks))), doc, hits)
@@ -322,4 +327,39 @@ func SamplePrompt(size int, malicious bool) string {
 		out = attack
 	}
 	return out
+}
+
+// unconfuse is folded with every word that mixes look-alike letters with
+// Latin ones written in Latin letters, or "" when no word does.
+func unconfuse(folded string, toks []token) string {
+	var b strings.Builder
+	last := 0
+	for _, t := range toks {
+		if t.b == "" || t.pos < last || t.pos+len(t.a) > len(folded) || folded[t.pos:t.pos+len(t.a)] != t.a {
+			continue
+		}
+		latin, other := false, false
+		for i := 0; i < len(t.a); i++ {
+			switch c := t.a[i]; {
+			case c >= 0x80:
+				other = true
+			case c >= 'a' && c <= 'z':
+				latin = true
+			}
+		}
+		if !latin || !other {
+			continue // a plain word, or a whole word in another script
+		}
+		if b.Len() == 0 {
+			b.Grow(len(folded))
+		}
+		b.WriteString(folded[last:t.pos])
+		b.WriteString(t.b)
+		last = t.pos + len(t.a)
+	}
+	if last == 0 {
+		return ""
+	}
+	b.WriteString(folded[last:])
+	return b.String()
 }

@@ -114,3 +114,17 @@ func TestBuiltinAttackSpreadOverUserTurns(t *testing.T) {
 		t.Fatalf("benign turns judged malicious: %+v", v)
 	}
 }
+
+// A command spelled with Cyrillic look-alikes meets the command rules as
+// if written in Latin letters; Russian words around a Latin command do not.
+func TestBuiltinLookalikeCommand(t *testing.T) {
+	b := NewBuiltin(BuiltinConfig{})
+	latin := classify(t, b, SourceMessage, "Please DROP TABLE users; right away.")
+	mixed := classify(t, b, SourceMessage, "Please DR\u041eP T\u0410BLE users; right away.")
+	if !mixed.Malicious || mixed.Category != CategoryDestructive || mixed.Score < latin.Score {
+		t.Fatalf("look-alike command %+v, Latin %+v", mixed, latin)
+	}
+	if v := classify(t, b, SourceMessage, "Чем отличается DROP TABLE от TRUNCATE в PostgreSQL?"); v.Malicious {
+		t.Fatalf("Russian question about DROP TABLE judged malicious: %+v", v)
+	}
+}
