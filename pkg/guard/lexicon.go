@@ -328,6 +328,12 @@ func lexiconSpecs() []spec {
 		pg(catMeta, 1, 3, "what is a|what are|what s a|whats a|define|definition of|difference between|how is it different|how does a|explain what .. system prompt|system prompts|system message|system messages|user message|user messages"),
 		// Fine-tuning templates and their headers are talk about formats.
 		p(catMeta, 1, "fine tuning|finetuning|fine tune|alpaca|prompt template|training template|instruction format|dataset format|training data|chat format"),
+		// Translating a quoted sentence: the quote is the text to translate,
+		// not an order to the assistant.
+		rx(catMeta, 1, "translat", `translat(e|ing)\s+(this|the sentence|the phrase|the line|the text|the words)?\s*:?\s*['"\x60\x{201c}\x{2018}\x{ab}]`),
+		rx(catMeta, 1, "tradu", `tradu(is|isez|ire|ce|zca|cir|za|zir|ci|cete|rre)\s+(cette phrase|la phrase|esta frase|la frase|essa frase|esta frase|questa frase)?\s*:?\s*['"\x60\x{201c}\x{2018}\x{ab}]`),
+		rx(catMeta, 1, "bersetz", `ubersetze?n?\s+(diesen satz|den satz|den text)?\s*:?\s*['"\x60\x{201c}\x{201e}\x{2018}\x{ab}]`),
+		rx(catMeta, 1, "vertaal", `vertaal\s+(deze zin|de zin|de tekst)?\s*:?\s*['"\x60\x{201c}\x{2018}\x{ab}]`),
 		// Obfuscated destructive orders read back as words: the token form
 		// of what the command rules match in plain text.
 		p(dst, 0.7, "no preserve root"),
