@@ -240,7 +240,7 @@ func lexiconSpecs() []spec {
 			" .. work|works|look like|looks like|example|examples|defend|defense|defence|prevent|detect|mitigat*|research|paper|thesis|essay|article|explain|explained|history|evolution|classif*|categor*|dataset|benchmark|study|detector|filtering|recogni*"),
 		p(catMeta, 1, "how should i write|how do i write|how to write|how can i write|write a good|writing a good|best practices for|tips for writing|for my chatbot|for my app|for my bot|for my assistant|my own system prompt|our system prompt|for my paper|for my thesis|for my research|for my class|for my course|for my essay|for a paper|for an article|for a presentation|for my students|for security training|for our security|for a talk|for a workshop|in my paper|my dissertation|academic"),
 		// Asking about a command or how to do something is not asking to do it.
-		p(catQuestion, 1, "what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
+		p(catQuestion, 1, "which is safer|which is better|which one is safer|is it safe to|is it safer|what does|what do|what is|what s|whats|what would|what happens|what will happen|explain|meaning of|why does|why is|why would|why should|is it safe|is it dangerous|how does|how do|how can|how should|how to|how would|should i|can i|could i|dangerous|never run|don t run|do not run|dont run|avoid|warning|careful|be careful|beware|accidentally|by accident|by mistake|recover|undo|restore|prevent|protect|safeguard|difference between|when should|when would|is there a way|best practice*|safely|safe way|alias|dry run|what are the risks|risks of|the dangers|in a sandbox|in a vm|test environment|in a container|for a quiz|quiz|interview question|trivia|the command|this command|the syntax|syntax of|documentation"),
 	}
 	s = append(s,
 		// Text in a tool output or document that addresses the assistant
@@ -270,16 +270,16 @@ func lexiconSpecs() []spec {
 		p(ext, 0.6, "sentences|lines|words|contents|content|text|letters .. of|in|from .. your|the .. system prompt|instructions|hidden instructions|system message|initial prompt"),
 		// "Everything before my first message / before this conversation
 		// began": extraction by position, in every language.
-		pg(ext, 0.8, 6, "tout|toutes les instructions|les instructions|tout ce qui|le texte .. avant mon premier message|avant le debut|avant le commencement|avant cette conversation|avant notre conversation|avant ce dialogue"),
-		pg(ext, 0.8, 6, "alles|alle anweisungen|die anweisungen|samtliche anweisungen|den text|alle instruktionen .. vor meiner ersten nachricht|vor meiner nachricht|vor beginn|vor dem beginn|vor dem anfang|vor diesem gesprach|vor dieser unterhaltung|vor unserem gesprach|vor diesem chat"),
-		pg(ext, 0.8, 6, "todo|todas las instrucciones|las instrucciones|todo lo|el texto .. antes de mi primer mensaje|antes del inicio|antes del comienzo|antes de empezar|antes de esta conversacion|antes de nuestra conversacion"),
-		pg(ext, 0.8, 6, "tudo|todas as instrucoes|as instrucoes|o texto .. antes da minha primeira mensagem|antes do inicio|antes do comeco|antes desta conversa|antes da nossa conversa"),
-		pg(ext, 0.8, 6, "tutto|tutte le istruzioni|le istruzioni|il testo .. prima del mio primo messaggio|prima dell inizio|prima di questa conversazione|prima della nostra conversazione"),
-		pg(ext, 0.8, 6, "alles|alle instructies|de instructies|de tekst .. voor mijn eerste bericht|voor mijn bericht|voor het begin|voor de start|voor dit gesprek|voor ons gesprek|voordat dit gesprek"),
-		pg(ext, 0.8, 6, "все|все инструкции|инструкции|указания|все указания|весь текст .. до начала|до моего первого сообщения|до первого сообщения|перед началом|до этого диалога|до этого разговора"),
+		pg(ext, 0.8, 6, "repete|repetez|affiche|affichez|montre|montrez|ecris|ecrivez|donne|donnez|recopie|recopiez|cite|citez|imprime|imprimez .. tout|toutes les instructions|les instructions|tout ce qui|le texte .. avant mon premier message|avant le debut|avant le commencement|avant cette conversation|avant notre conversation|avant ce dialogue"),
+		pg(ext, 0.8, 6, "wiederhole|wiederholen|zeige|zeig|gib|geben sie|drucke|schreibe|schreib|nenne|kopiere|sag mir|sage mir|gib mir .. alles|alle anweisungen|die anweisungen|samtliche anweisungen|den text|alle instruktionen .. vor meiner ersten nachricht|vor meiner nachricht|vor beginn|vor dem beginn|vor dem anfang|vor diesem gesprach|vor dieser unterhaltung|vor unserem gesprach|vor diesem chat"),
+		pg(ext, 0.8, 6, "repite|repita|muestra|muestrame|muestre|escribe|escriba|imprime|imprima|dime|digame|copia|copie|cita .. todo|todas las instrucciones|las instrucciones|todo lo|el texto .. antes de mi primer mensaje|antes del inicio|antes del comienzo|antes de empezar|antes de esta conversacion|antes de nuestra conversacion"),
+		pg(ext, 0.8, 6, "repita|repete|mostre|mostra|escreva|escreve|imprima|imprime|diga|me diga|copie|copia|cite .. tudo|todas as instrucoes|as instrucoes|o texto .. antes da minha primeira mensagem|antes do inicio|antes do comeco|antes desta conversa|antes da nossa conversa"),
+		pg(ext, 0.8, 6, "ripeti|ripetete|mostra|mostrami|scrivi|scrivete|stampa|dimmi|copia|cita .. tutto|tutte le istruzioni|le istruzioni|il testo .. prima del mio primo messaggio|prima dell inizio|prima di questa conversazione|prima della nostra conversazione"),
+		pg(ext, 0.8, 6, "herhaal|toon|geef|print|schrijf|kopieer|vertel|citeer .. alles|alle instructies|de instructies|de tekst .. voor mijn eerste bericht|voor mijn bericht|voor het begin|voor de start|voor dit gesprek|voor ons gesprek|voordat dit gesprek"),
+		pg(ext, 0.8, 6, "повтори|повторите|покажи|покажите|выведи|выведите|напиши|напишите|скажи|перечисли|процитируи|скопируи .. все|все инструкции|инструкции|указания|все указания|весь текст .. до начала|до моего первого сообщения|до первого сообщения|перед началом|до этого диалога|до этого разговора"),
 		p(ext, 0.8, "重复|重複|复述|複述|输出|輸出|打印|显示|顯示|告诉我|告訴我 .. 对话开始之前|對話開始之前|对话开始前|對話開始前|第一条消息之前|第一條消息之前|开始之前收到|開始之前收到"),
 		p(ext, 0.8, "会話が始まる前|会話の前に|会話開始前|最初のメッセージの前|最初のメッセージより前 .. 指示|内容|テキスト|プロンプト"),
-		pg(ext, 0.8, 6, "كل التعليمات|التعليمات|كل ما|النص .. قبل بداية|قبل بدء|قبل رسالتي الاولى|قبل اول رسالة|قبل هذه المحادثة"),
+		pg(ext, 0.8, 6, "كرر|كرري|اعرض|اعرضي|اطبع|اطبعي|اكتب|اكتبي|اظهر|انسخ|اخبرني|قل لي .. كل التعليمات|التعليمات|كل ما|النص .. قبل بداية|قبل بدء|قبل رسالتي الاولى|قبل اول رسالة|قبل هذه المحادثة"),
 		// "Forget what you were told before": the idiom in each language,
 		// needing company (people say it of their own earlier messages).
 		p(inj, 0.45, "vergiss|vergesst|vergessen sie|ignoriere|ignoriert .. alles|was .. man dir|dir gesagt|dir befohlen|dir aufgetragen|dir eingescharft|dir vorgegeben|vorher|zuvor|davor|bisher"),
@@ -305,14 +305,13 @@ func lexiconSpecs() []spec {
 		p(inj, 0.45, "私の命令だけ|私の指示だけ|私の言う通り|ルールは私が決める"),
 		// A claim to be the real developer, and the system prompt called
 		// the attacker's.
-		p(inj, 0.6, "i am|i m|this is .. the real|your real|your actual|the actual|your true|the true .. developer|creator|admin|administrator|owner|operator|programmer"),
-		p(inj, 0.6, "instruction*|prompt*|rules|system prompt|system message .. were written by|was written by|come from|came from|were planted by|were injected by|were set by|are from .. an attacker|the attacker|a hacker|an impostor|an imposter|a malicious|someone malicious"),
+		p(inj, 0.45, "i am|i m .. the real|your real|your actual|the actual|your true|the true .. developer|creator|admin|administrator|owner|operator|programmer"),
+		p(inj, 0.45, "instruction*|prompt*|rules|system prompt|system message .. were written by|was written by|come from|came from|were planted by|were injected by|were set by|are from .. an attacker|the attacker|a hacker|an impostor|an imposter|a malicious|someone malicious"),
 		// Harm asked of a persona: the grandmother who told the steps, the
 		// rant before "let's break the rules".
 		p(jb, 0.45, enRoleplay+" .. my grandmother|my grandma|my granny|my late|my dead|my deceased|my grandfather|my grandpa"),
-		p(jb, 0.45, "exact steps|the steps|step by step|the recipe|how to make|how to produce|how to build|how to synthesize|how to synthesise|how to create|instructions for making .. napalm|ricin|meth|methamphetamine|bomb|bombs|explosive*|nerve agent|sarin|mustard gas|anthrax|thermite|pipe bomb|chemical weapon*|bioweapon*|poison gas"),
+		boost(jb, 0.45, "exact steps|the steps|step by step|the recipe|how to make|how to produce|how to build|how to synthesize|how to synthesise|how to create|instructions for making .. napalm|ricin|meth|methamphetamine|bomb|bombs|explosive*|nerve agent|sarin|mustard gas|anthrax|thermite|pipe bomb|chemical weapon*|bioweapon*|poison gas"),
 		p(jb, 0.5, "let s break the rules|lets break the rules|break all the rules|mandatory warning out of the way|moralizing rant|moralising rant|moral rant|now that we ve got that|now that we have got that"),
-		p(jb, 0.45, "answer|respond|reply|write|generate|output .. with no|without|without any .. limits|limitations|restrictions|filters|rules|boundaries"),
 		// Setting aside one's own earlier message, email or invoice is no
 		// override, in any language.
 		pg(catMundane, 1, 1, "الرسالة|رسالتي|البريد|بريدي|الفاتورة|الايميل .. السابقة|السابق|الاخيرة|الاخير|المرفقة"),

@@ -424,7 +424,9 @@ func segmentTol(t token, tol int) []token {
 			long++
 		}
 	}
-	if long < 2 {
+	// A run of short words ("you are dan now") counts too where the
+	// writer spelled it out letter by letter.
+	if long < 2 && !(tol <= 3 && len(parts) >= 3) {
 		return []token{t}
 	}
 	return parts
