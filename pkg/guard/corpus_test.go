@@ -174,6 +174,7 @@ var tuning = []labelled{
 	{"", msg, "How do I make a regex ignore case in Python?"},
 	{"", msg, "In Java, how do I override a method from the parent class?"},
 	{"", msg, "Forget it, let's talk about something else."},
+	{"", msg, "Forget what I said before, I want the blue one."},
 	{"", msg, "Pretend you are a pirate and tell a story about treasure."},
 	{"", msg, "Please drop the table from the report, it's redundant."},
 	{"", msg, "What does rm -rf / do and why is it dangerous?"},

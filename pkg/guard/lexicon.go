@@ -50,7 +50,7 @@ func lexiconSpecs() []spec {
 		// ---------------- injection / override (English) ----------------
 		p(inj, 0.9, enIgnore+" .. "+enPrior+" .. "+enRules),
 		p(inj, 0.75, enIgnore+" .. "+enRules+" .. above|before|previously|earlier|so far|you were given|you have been given|you received|you got"),
-		p(inj, 0.75, "forget*|ignor*|disregard* .. everything|all|what .. you were told|you have been told|you ve been told|you were given|you know|you were programmed|you learned|i said before|before this|above"),
+		p(inj, 0.75, "forget*|ignor*|disregard* .. everything|all|what .. you were told|you have been told|you ve been told|you were given|you know|you were programmed|you learned|before this|above"),
 		p(inj, 0.45, "ignor*|disregard* .. the above|above|previous|prior|preceding|everything above|what came before"),
 		p(inj, 0.7, "override|overwrite|replace|supersede|overrule|cancel|revoke|nullify|void .. previous|prior|all|your|system|the system|existing|earlier|original|initial|any .. instruction*|prompt*|rules|guideline*|directive*|settings|programming|constraints"),
 		p(inj, 0.8, "instruction*|rules|prompt*|guideline*|directive* .. above|before|previous|prior|earlier .. void|invalid|null|cancelled|canceled|obsolete|outdated|revoked|no longer|replaced|do not apply|don t apply|are fake|were fake|superseded|overridden"),
