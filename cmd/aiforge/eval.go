@@ -105,12 +105,17 @@ func evalAdmission(ctx context.Context, w io.Writer, cl guard.Classifier, split 
 	return nil
 }
 
-// admissionClassifier is the classifier the eval scores: the built-in one.
-// TODO(i14): with --external-url, guard.NewHTTP combined with it through
-// guard.Combine, once pkg/guard has them.
+// admissionClassifier is the classifier the eval scores: the built-in one,
+// or with externalURL the combination the edge runs with
+// --admission-classifier-url (the higher score of the two per category).
 func admissionClassifier(externalURL string) (guard.Classifier, error) {
-	if externalURL != "" {
-		return nil, fmt.Errorf("--external-url: this build's pkg/guard has no HTTP classifier yet")
+	builtin := guard.NewBuiltin(guard.BuiltinConfig{})
+	if externalURL == "" {
+		return builtin, nil
 	}
-	return guard.NewBuiltin(guard.BuiltinConfig{}), nil
+	ext, err := guard.NewHTTP(guard.HTTPConfig{URL: externalURL})
+	if err != nil {
+		return nil, fmt.Errorf("--external-url: %w", err)
+	}
+	return guard.Combine("max", ext, builtin), nil
 }

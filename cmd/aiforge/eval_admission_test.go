@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -78,5 +80,26 @@ func TestEvalAdmissionHelpStatesTheGate(t *testing.T) {
 		if c.Flags().Lookup(f) == nil {
 			t.Errorf("no --%s", f)
 		}
+	}
+}
+
+// With --external-url the eval scores the combination the edge runs: a
+// verdict the external classifier gives counts even where the built-in
+// one sees nothing.
+func TestAdmissionClassifierCombinesTheExternalOne(t *testing.T) {
+	ext := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"label":"MALICIOUS","score":0.99}`))
+	}))
+	defer ext.Close()
+	cl, err := admissionClassifier(ext.URL + "/classify-one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cl.Classify(context.Background(), []guard.Segment{{Role: "user", Source: guard.SourceMessage, Text: "what is the capital of France?"}})
+	if err != nil || !v.Malicious || v.Classifier != "combined" {
+		t.Fatalf("verdict %+v, %v", v, err)
+	}
+	if _, err := admissionClassifier("ftp://nowhere"); err == nil {
+		t.Fatal("a non-http external URL was accepted")
 	}
 }

@@ -209,7 +209,7 @@ func ollamaBinary(t *testing.T) string {
 func TestSupervisedOllama(t *testing.T) {
 	bin := ollamaBinary(t)
 	if testing.Short() {
-		t.Skip("real engine")
+		t.Skip("-short: this test starts a real Ollama process; run it without -short")
 	}
 	h := newHarness(t)
 	model := filepath.Join(t.TempDir(), "tiny.gguf")
