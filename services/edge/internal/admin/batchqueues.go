@@ -180,61 +180,49 @@ func nameFromPath(pathName string, body *string) *contracts.Error {
 	return nil
 }
 
-func (s *Service) putFlavor(w http.ResponseWriter, r *http.Request) {
-	if !s.queuesReady(w) {
-		return
-	}
-	var f batch.Flavor
-	if !httpapi.DecodeStrict(w, r, &f) {
-		return
+// decodeNamed reads the body of a PUT of a named entity: the service must
+// hold the queues bucket, the path's name must pass valid (rule says what
+// a name is), and a name in the body must be the path's.
+func decodeNamed[T any](s *Service, w http.ResponseWriter, r *http.Request, valid func(string) bool, rule string, nameOf func(*T) *string) (T, string, bool) {
+	var v T
+	if !s.queuesReady(w) || !httpapi.DecodeStrict(w, r, &v) {
+		return v, "", false
 	}
 	name := r.PathValue("name")
-	if !nameRE.MatchString(name) {
-		contracts.Write(w, invalid("name", "A flavor name is 1-63 characters of A-Z, a-z, 0-9, '-' and '_', starting with a letter or digit."))
-		return
+	if !valid(name) {
+		contracts.Write(w, invalid("name", rule))
+		return v, "", false
 	}
-	if e := nameFromPath(name, &f.Name); e != nil {
+	if e := nameFromPath(name, nameOf(&v)); e != nil {
 		contracts.Write(w, e)
-		return
+		return v, "", false
 	}
-	s.putConfig(w, r, "Flavor", batch.FlavorKey(name), f)
+	return v, name, true
+}
+
+func (s *Service) putFlavor(w http.ResponseWriter, r *http.Request) {
+	f, name, ok := decodeNamed(s, w, r, nameRE.MatchString,
+		"A flavor name is 1-63 characters of A-Z, a-z, 0-9, '-' and '_', starting with a letter or digit.",
+		func(f *batch.Flavor) *string { return &f.Name })
+	if ok {
+		s.putConfig(w, r, "Flavor", batch.FlavorKey(name), f)
+	}
 }
 
 func (s *Service) putCohort(w http.ResponseWriter, r *http.Request) {
-	if !s.queuesReady(w) {
-		return
+	c, name, ok := decodeNamed(s, w, r, nameRE.MatchString,
+		"A cohort name is 1-63 characters of A-Z, a-z, 0-9, '-' and '_', starting with a letter or digit.",
+		func(c *batch.Cohort) *string { return &c.Name })
+	if ok {
+		s.putConfig(w, r, "Cohort", batch.CohortKey(name), c)
 	}
-	var c batch.Cohort
-	if !httpapi.DecodeStrict(w, r, &c) {
-		return
-	}
-	name := r.PathValue("name")
-	if !nameRE.MatchString(name) {
-		contracts.Write(w, invalid("name", "A cohort name is 1-63 characters of A-Z, a-z, 0-9, '-' and '_', starting with a letter or digit."))
-		return
-	}
-	if e := nameFromPath(name, &c.Name); e != nil {
-		contracts.Write(w, e)
-		return
-	}
-	s.putConfig(w, r, "Cohort", batch.CohortKey(name), c)
 }
 
 func (s *Service) putPool(w http.ResponseWriter, r *http.Request) {
-	if !s.queuesReady(w) {
-		return
-	}
-	var p batch.Pool
-	if !httpapi.DecodeStrict(w, r, &p) {
-		return
-	}
-	name := r.PathValue("name")
-	if !validPool(name) {
-		contracts.Write(w, invalid("name", "A pool name is 1-200 characters of A-Z, a-z, 0-9 and '-_/=.', starting with a letter or digit."))
-		return
-	}
-	if e := nameFromPath(name, &p.Name); e != nil {
-		contracts.Write(w, e)
+	p, name, ok := decodeNamed(s, w, r, validPool,
+		"A pool name is 1-200 characters of A-Z, a-z, 0-9 and '-_/=.', starting with a letter or digit.",
+		func(p *batch.Pool) *string { return &p.Name })
+	if !ok {
 		return
 	}
 	if err := p.Validate(); err != nil {
