@@ -38,10 +38,11 @@ const (
 	Retriever = "retriever"
 	Guardian  = "guardian"
 	Batch     = "batch"
+	Sandbox   = "sandbox"
 )
 
 // Services lists every service identity, in a stable order.
-var Services = []string{Batch, Edge, Embedder, Guardian, Ingest, Retriever, Usage, Worker}
+var Services = []string{Batch, Edge, Embedder, Guardian, Ingest, Retriever, Sandbox, Usage, Worker}
 
 // Identities are the services and admin.
 func Identities() []string { return append(slices.Clone(Services), Admin) }
@@ -52,7 +53,7 @@ func ServiceOf(module string) string {
 	switch module {
 	case "workers", "worker":
 		return Worker
-	case Edge, Usage, Ingest, Embedder, Retriever, Guardian, Batch:
+	case Edge, Usage, Ingest, Embedder, Retriever, Guardian, Batch, Sandbox:
 		return module
 	}
 	return ""
@@ -189,7 +190,7 @@ func table() map[string]Permissions {
 	// workers answer embeddings only), the writer of the registry and
 	// catalog, the caller of the usage and retriever queries.
 	edge := (&grant{}).inbox(Edge).streamInfo().
-		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery).
+		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery, events.SandboxAll).
 		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV4), ev(events.TypeUsageCorrectedV1)).
 		p(ev(events.TypeAdmissionVerdictV1)).
 		p(ev(events.TypeDocIngestRequestedV1), ev(events.TypeDocRemovedV1)).
@@ -201,7 +202,7 @@ func table() map[string]Permissions {
 		kvWrite(events.BucketRouters, events.BucketSemanticCache).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
-		kvRead(events.BucketWorkers).
+		kvRead(events.BucketWorkers, events.BucketContainers).
 		// Sealing a binding stored before engine keys were sealed purges
 		// the binding's older revisions, which hold the key in clear
 		// (registry.SealLegacyEngineKeys). The edge may already delete any
@@ -294,6 +295,21 @@ func table() map[string]Permissions {
 		kvWrite(events.BucketBatches, events.BucketFiles).
 		kvRead(events.BucketBatchQueues, events.BucketWorkers, events.BucketModels, events.BucketTenants)
 	put(Batch, batch, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
+
+	// The sandbox service runs agent code containers: it answers the
+	// edge's container calls (aiforge.sandbox.v1.>; a streamed exec's
+	// chunks go under the edge's events.SandboxReplies, a grant for the
+	// same reason as the bridge's), keeps its containers' records, reads
+	// the tenants' file records (file_ids copied into a container; their
+	// content comes from the object store) and publishes what each exec
+	// used.
+	sandbox := (&grant{}).inbox(Sandbox).streamInfo().
+		s(events.SandboxAll).
+		p(events.SandboxReplies(InboxPrefix(Edge))+".>").
+		p(ev(events.TypeSandboxUsageV1)).
+		kvWrite(events.BucketContainers).
+		kvRead(events.BucketFiles)
+	put(Sandbox, sandbox, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})
 
 	// Admin is for operators and provisioning: everything.
 	put(Admin, (&grant{}).p(">").s(">"), nil)

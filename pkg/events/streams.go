@@ -117,6 +117,7 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketDeployments, "the catalog version each served model runs, with its history"),
 		mk(BucketBatches, "Batch API batches per tenant: status, counts, files; idempotency keys"),
 		mk(BucketBatchQueues, "batch scheduler configuration: worker classes, pools, cohorts, tenant queues"),
+		mk(BucketContainers, "agent code containers per tenant: status, expiry, files, the replica running each"),
 		mk(BucketRouters, "routers: route classes with their examples and the model or tool of each"),
 		{Bucket: BucketSemanticCache, Description: "cached answers per tenant and model, each with its own TTL", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour, LimitMarkerTTL: time.Minute},
 		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),

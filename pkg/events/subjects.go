@@ -67,6 +67,10 @@ const (
 	// with an admission verdict, a route class or a cache hit.
 	TypeUsageRecordedV4 = "aiforge.usage.recorded.v4"
 
+	// TypeSandboxUsageV1 is SandboxUsageV1, keyed by tenant: the seconds
+	// and memory one sandbox exec used.
+	TypeSandboxUsageV1 = "aiforge.usage.sandbox.v1"
+
 	// TypeAdmissionVerdictV1 is AdmissionVerdictV1, keyed by tenant.
 	TypeAdmissionVerdictV1 = "aiforge.admission.verdict.v1"
 
@@ -93,6 +97,7 @@ func Subject(typ, key string) string { return typ + "." + Token(key) }
 const (
 	UsageRecordedAll  = "aiforge.usage.recorded.*.*"
 	UsageCorrectedAll = "aiforge.usage.corrected.*.*"
+	UsageSandboxAll   = "aiforge.usage.sandbox.*.*"
 	BudgetAlertAll    = "aiforge.budget.alert.*.*"
 
 	DocsIngestRequestedAll = "aiforge.docs.ingest.requested.*.*"
@@ -186,6 +191,32 @@ const (
 	BatchQuery = "aiforge.query.batch.v1"
 )
 
+// Agent code sandboxes over core NATS request/reply (pkg/sandbox). Create
+// and list go to any sandbox replica (queue group SandboxQueue); a
+// container's calls go to the replica that runs it, which alone subscribes
+// to SandboxContainer(id, "*"). Only the edge may publish on
+// aiforge.sandbox.v1.>.
+
+// SandboxAll matches every sandbox request.
+const SandboxAll = "aiforge.sandbox.v1.>"
+
+// SandboxQueue is the queue group of sandbox replicas.
+const SandboxQueue = "sandbox"
+
+// SandboxRequest is where a create or list goes (op is pkg/sandbox's
+// OpCreate or OpList).
+func SandboxRequest(op string) string { return "aiforge.sandbox.v1." + Token(op) }
+
+// SandboxContainer is where an operation on one container goes.
+func SandboxContainer(id, op string) string {
+	return "aiforge.sandbox.v1.c." + Token(id) + "." + Token(op)
+}
+
+// SandboxReplies is where a streamed exec's chunks go: a namespace under
+// the caller's inbox prefix that sandbox replicas may publish to (see
+// BridgeReplies for why a grant and not allow_responses).
+func SandboxReplies(inboxPrefix string) string { return inboxPrefix + ".sandbox" }
+
 // Real-time inference over core NATS request/reply. Workers of one model
 // share Infer(model) through the queue group InferQueue(model); the reply
 // subject is under the caller's BridgeReplies.
@@ -256,7 +287,10 @@ func InferControl(worker string) string { return "aiforge.infer.ctl.v1." + worke
 const (
 	BucketTenants = "aiforge_tenants"
 	BucketKeys    = "aiforge_keys"
-	BucketModels  = "aiforge_models"
+	// BucketContainers holds agent code containers per tenant
+	// (pkg/sandbox.Record), written by the sandbox replica running each.
+	BucketContainers = "aiforge_containers"
+	BucketModels     = "aiforge_models"
 	// BucketPrices holds each model's price history; prices outlive the
 	// model binding so an audit can always recompute past costs.
 	BucketPrices = "aiforge_prices"

@@ -39,6 +39,7 @@ var eventFilters = []string{
 	ModelsUploadedAll, ModelsVerdictAll, ModelsPullRequestedAll,
 	BatchLinesAll, BatchResultsAll, BatchFinishedAll,
 	AdmissionVerdictAll,
+	UsageSandboxAll,
 }
 
 // TestEventSubjects holds every event type to the scheme: published on its

@@ -1,0 +1,5 @@
+module github.com/aiforge/aiforge/services/sandbox
+
+go 1.26.8
+
+replace github.com/aiforge/aiforge/pkg => ../../pkg
