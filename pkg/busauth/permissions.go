@@ -305,7 +305,7 @@ func table() map[string]Permissions {
 	// used.
 	sandbox := (&grant{}).inbox(Sandbox).streamInfo().
 		s(events.SandboxAll).
-		p(events.SandboxReplies(InboxPrefix(Edge))+".>").
+		p(events.SandboxReplies(InboxPrefix(Edge)) + ".>").
 		p(ev(events.TypeSandboxUsageV1)).
 		kvWrite(events.BucketContainers).
 		kvRead(events.BucketFiles)

@@ -541,4 +541,6 @@ type ErrorBody struct {
 	Param   string `json:"param,omitempty"`
 }
 
-func (e *ErrorBody) Error() string { return fmt.Sprintf("sandbox: %d %s: %s", e.Status, e.Code, e.Message) }
+func (e *ErrorBody) Error() string {
+	return fmt.Sprintf("sandbox: %d %s: %s", e.Status, e.Code, e.Message)
+}
