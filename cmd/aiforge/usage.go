@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -101,6 +102,22 @@ func usageReportCmd() *cobra.Command {
 			}
 			limits := map[string]string{"1d": "31", "1h": "168", "1m": "1440"}
 			q.Set("limit", limits[bucket])
+			out := cmd.OutOrStdout()
+			layout := "2006-01-02"
+			if bucket != "1d" {
+				layout = "2006-01-02 15:04"
+			}
+			if kind == kindSandbox {
+				rows, err := sandboxRows(cmd, cl, q, groupBy)
+				if err != nil {
+					return err
+				}
+				if asCSV {
+					return sandboxCSV(out, rows)
+				}
+				cli.Table(out, sandboxHead, sandboxTable(rows, layout))
+				return nil
+			}
 			type row struct {
 				start                           time.Time
 				project, key, model             string
@@ -156,11 +173,6 @@ func usageReportCmd() *cobra.Command {
 					page = *p.NextPage
 				}
 			}
-			out := cmd.OutOrStdout()
-			layout := "2006-01-02"
-			if bucket != "1d" {
-				layout = "2006-01-02 15:04"
-			}
 			byBatch := slices.Contains(strings.Split(groupBy, ","), "batch")
 			if asCSV {
 				w := csv.NewWriter(out)
@@ -210,6 +222,20 @@ func usageReportCmd() *cobra.Command {
 			fmt.Fprintln(out)
 			fmt.Fprintln(out, "tokens per day")
 			barChart(out, order, days, costs)
+			// The agent code sandboxes, when they were used.
+			sbx, err := sandboxRows(cmd, cl, q, groupBy)
+			var ae *cli.APIError
+			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+				return nil // an edge from before sandboxes
+			}
+			if err != nil {
+				return err
+			}
+			if table := sandboxTable(sbx, layout); len(table) > 0 {
+				fmt.Fprintln(out)
+				fmt.Fprintln(out, "code interpreter (agent code sandboxes)")
+				cli.Table(out, sandboxHead, table)
+			}
 			return nil
 		},
 	}
@@ -217,9 +243,85 @@ func usageReportCmd() *cobra.Command {
 	c.Flags().StringVar(&to, "to", "", "end (default now)")
 	c.Flags().StringVar(&bucket, "bucket", "1d", "bucket width: 1m, 1h or 1d")
 	c.Flags().StringVar(&groupBy, "group-by", "model", "comma-separated: project_id, api_key_id, model, batch (completions only: batch lines apart from real-time requests)")
-	c.Flags().StringVar(&kind, "kind", "completions", "completions or embeddings")
+	c.Flags().StringVar(&kind, "kind", "completions", "completions, embeddings or "+kindSandbox+" (the agent code sandboxes: sessions, execs, seconds, GB-seconds; grouped by project_id, api_key_id)")
 	c.Flags().BoolVar(&asCSV, "csv", false, "print CSV instead of the table and chart")
 	return c
+}
+
+// kindSandbox is the report of the agent code sandboxes.
+const kindSandbox = "code_interpreter_sessions"
+
+// sandboxRow is one result of the code_interpreter_sessions report.
+type sandboxRow struct {
+	start time.Time
+	ledger.CodeInterpreterSessionsResult
+}
+
+// sandboxRows reads every page of the code_interpreter_sessions report for
+// the token report's window, grouped by what of groupBy it takes
+// (project_id, api_key_id).
+func sandboxRows(cmd *cobra.Command, cl *cli.Client, tokenQuery url.Values, groupBy string) ([]sandboxRow, error) {
+	q := url.Values{}
+	for _, k := range []string{"start_time", "end_time", "bucket_width", "limit"} {
+		q.Set(k, tokenQuery.Get(k))
+	}
+	for _, g := range strings.Split(groupBy, ",") {
+		if g == "project_id" || g == "api_key_id" {
+			q.Add("group_by", g)
+		}
+	}
+	var rows []sandboxRow
+	page := ""
+	for {
+		if page != "" {
+			q.Set("page", page)
+		}
+		var p ledger.Page[ledger.CodeInterpreterSessionsResult]
+		if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/organization/usage/"+kindSandbox+"?"+q.Encode(), nil, &p); err != nil {
+			return nil, err
+		}
+		for _, b := range p.Data {
+			for _, r := range b.Results {
+				rows = append(rows, sandboxRow{time.Unix(b.StartTime, 0).UTC(), r})
+			}
+		}
+		if !p.HasMore || p.NextPage == nil {
+			return rows, nil
+		}
+		page = *p.NextPage
+	}
+}
+
+var sandboxHead = []string{"BUCKET", "PROJECT", "API KEY", "SESSIONS", "EXECS", "ERRORS", "WALL S", "CPU S", "GB-S"}
+
+// sandboxTable is the table rows of the buckets with sandbox usage.
+func sandboxTable(rows []sandboxRow, layout string) [][]string {
+	var table [][]string
+	for _, r := range rows {
+		if r.NumSessions == 0 && r.NumExecs == 0 {
+			continue
+		}
+		table = append(table, []string{r.start.Format(layout), str(r.ProjectID), str(r.APIKeyID),
+			strconv.FormatInt(r.NumSessions, 10), strconv.FormatInt(r.NumExecs, 10), strconv.FormatInt(r.NumExecErrors, 10),
+			seconds(r.WallSeconds), seconds(r.CPUSeconds), seconds(r.GBSeconds)})
+	}
+	return table
+}
+
+func seconds(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+func sandboxCSV(out io.Writer, rows []sandboxRow) error {
+	w := csv.NewWriter(out)
+	_ = w.Write([]string{"bucket_start", "project_id", "api_key_id", "sessions", "execs", "exec_errors", "wall_seconds", "cpu_seconds",
+		"gb_seconds", "session_seconds", "session_gb_seconds"})
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	for _, r := range rows {
+		_ = w.Write([]string{r.start.Format(time.RFC3339), str(r.ProjectID), str(r.APIKeyID), strconv.FormatInt(r.NumSessions, 10),
+			strconv.FormatInt(r.NumExecs, 10), strconv.FormatInt(r.NumExecErrors, 10), f(r.WallSeconds), f(r.CPUSeconds),
+			f(r.GBSeconds), f(r.SessionSeconds), f(r.SessionGBSeconds)})
+	}
+	w.Flush()
+	return w.Error()
 }
 
 func barChart(w io.Writer, order []string, values map[string]int64, costs map[string]float64) {

@@ -155,8 +155,8 @@ func TestSnapshotVersionFollowsBatchBuckets(t *testing.T) {
 	if err := New().UnmarshalJSON(bad); err == nil || !strings.Contains(err.Error(), "batch bucket") {
 		t.Fatalf("a batch bucket in version 2: %v", err)
 	}
-	if err := New().UnmarshalJSON([]byte(`{"version":4}`)); err == nil {
-		t.Fatal("version 4 accepted")
+	if err := New().UnmarshalJSON([]byte(`{"version":5}`)); err == nil {
+		t.Fatal("version 5 accepted")
 	}
 }
 

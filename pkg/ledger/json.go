@@ -18,14 +18,23 @@ import (
 // written in version 2 while it has no batch bucket (byte for byte as
 // before batch usage existed, so a binary of that time still reads it) and
 // in version 3 once it has one, which such a binary refuses rather than
-// folding batch buckets into real-time ones.
+// folding batch buckets into real-time ones. Version 4 is version 3 whose
+// buckets may be sandbox buckets (EndpointSandbox, with the sandbox_*
+// counters): a ledger is written in version 4 once it has one, so a binary
+// that knows no sandbox counters refuses it rather than dropping them; a
+// ledger without sandbox buckets is written exactly as before.
 const (
 	snapshotV1 = 1
 	snapshotV2 = 2
 	snapshotV3 = 3
+	snapshotV4 = 4
 )
 
-// The JSON form, version 2 and 3:
+// isSandbox reports whether a bucket needs version 4: a sandbox bucket, or
+// any bucket with sandbox counters.
+func isSandbox(b Bucket) bool { return b.Endpoint == EndpointSandbox || b.HasSandbox() }
+
+// The JSON form, version 2 to 4:
 //
 //	{"version":2,"last_seq":N,"applied":N,"beyond_horizon":N,"clock":M,
 //	 "buckets":[Bucket...],
@@ -33,8 +42,9 @@ const (
 //
 // clock (the newest event minute applied, a unix minute) is absent before
 // any event; seen groups are in ascending minute order and their ids in the
-// order they were applied. A version 3 bucket has "batch":true when it
-// is a batch bucket (the field is absent otherwise). Version 1 had no beyond_horizon or clock and its
+// order they were applied. A version 3 or 4 bucket has "batch":true when it
+// is a batch bucket (the field is absent otherwise); a version 4 bucket
+// has its sandbox_* counters when they are not 0. Version 1 had no beyond_horizon or clock and its
 // seen was one base64 string of every id, sorted.
 type wireLedger struct {
 	Version       int      `json:"version"`
@@ -187,8 +197,11 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 	version := snapshotV2
 	l.Range(time.Time{}, time.Time{}, func(b Bucket) bool {
 		buckets = append(buckets, b)
-		if b.Batch {
-			version = snapshotV3
+		switch {
+		case isSandbox(b):
+			version = snapshotV4
+		case b.Batch:
+			version = max(version, snapshotV3)
 		}
 		return true
 	})
@@ -231,7 +244,7 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON replaces l's state with the state written by MarshalJSON
-// (version 2 or 3) or by earlier versions (version 1); l keeps its dedup horizon,
+// (version 2, 3 or 4) or by earlier versions (version 1); l keeps its dedup horizon,
 // and ids older than it are forgotten at once. Calling it directly rather
 // than through json.Unmarshal spares a scan of the whole snapshot. The ids of a version 1
 // snapshot, which have no minute, are remembered at its newest bucket
@@ -241,8 +254,8 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("ledger: decode: %w", err)
 	}
-	if w.Version != snapshotV1 && w.Version != snapshotV2 && w.Version != snapshotV3 {
-		return fmt.Errorf("ledger: snapshot version %d, want %d, %d or %d", w.Version, snapshotV1, snapshotV2, snapshotV3)
+	if w.Version < snapshotV1 || w.Version > snapshotV4 {
+		return fmt.Errorf("ledger: snapshot version %d, want %d to %d", w.Version, snapshotV1, snapshotV4)
 	}
 	n := New()
 	n.horizon = l.horizon
@@ -253,6 +266,9 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		}
 		if bk.Batch && w.Version < snapshotV3 {
 			return fmt.Errorf("ledger: a batch bucket in a version %d snapshot", w.Version)
+		}
+		if isSandbox(bk) && w.Version < snapshotV4 {
+			return fmt.Errorf("ledger: a sandbox bucket in a version %d snapshot", w.Version)
 		}
 		n.add(bk.Start/60, bk.Dims, bk.Counters)
 	}
@@ -271,7 +287,7 @@ func (l *Ledger) UnmarshalJSON(b []byte) error {
 		if len(ids) > 0 {
 			groups = []wireGroup{{Minute: n.clock, IDs: ids}}
 		}
-	case snapshotV2, snapshotV3:
+	case snapshotV2, snapshotV3, snapshotV4:
 		n.beyond = w.BeyondHorizon
 		if w.Clock != nil {
 			n.clock, n.hasClock = *w.Clock, true

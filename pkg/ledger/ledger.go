@@ -8,7 +8,9 @@
 // model × endpoint × batch flag × minute (the unix minute of the request's
 // StartedAt, or of a correction's At). Lines of Batch API batches
 // (UsageRecordedV3 with Batch set) have buckets of their own, priced at
-// their model's batch discount (PriceBook.BatchCostNano).
+// their model's batch discount (PriceBook.BatchCostNano). The agent code
+// sandboxes' usage (SandboxUsageV1) has buckets of its own too: endpoint
+// EndpointSandbox, no model, the Sandbox counters.
 //
 // # Deduplication horizon
 //
@@ -51,12 +53,18 @@ package ledger
 
 import (
 	"crypto/sha256"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/aiforge/aiforge/pkg/events"
 )
+
+// EndpointSandbox is the endpoint of sandbox buckets: the agent code
+// sandboxes' usage (events.SandboxUsageV1), with no model. Their counters
+// are the Sandbox ones and their cost; they count no requests or tokens.
+const EndpointSandbox = "sandbox"
 
 // Dims are the dimensions of a bucket besides its minute.
 type Dims struct {
@@ -104,6 +112,25 @@ type Counters struct {
 	// Unpriced counts requests folded while their model had no price in
 	// force; they cost 0.
 	Unpriced int64 `json:"unpriced"`
+
+	// Sandbox usage, counted in sandbox buckets only (EndpointSandbox; see
+	// SandboxCounters). Absent from the JSON when 0, so token buckets read
+	// and write as before sandboxes existed.
+	//
+	// SandboxExecs counts code execs and SandboxErrors those whose status
+	// is not "ok"; SandboxWallMS, SandboxCPUMS and SandboxMicroGBSeconds
+	// (gigabyte-seconds × 1e6, rounded per exec) are what the execs used.
+	SandboxExecs          int64 `json:"sandbox_execs,omitempty"`
+	SandboxErrors         int64 `json:"sandbox_errors,omitempty"`
+	SandboxWallMS         int64 `json:"sandbox_wall_ms,omitempty"`
+	SandboxCPUMS          int64 `json:"sandbox_cpu_ms,omitempty"`
+	SandboxMicroGBSeconds int64 `json:"sandbox_micro_gb_seconds,omitempty"`
+	// SandboxSessions counts containers (code interpreter sessions) that
+	// ended, SandboxSessionMS and SandboxSessionMicroGBSeconds their
+	// whole lives.
+	SandboxSessions              int64 `json:"sandbox_sessions,omitempty"`
+	SandboxSessionMS             int64 `json:"sandbox_session_ms,omitempty"`
+	SandboxSessionMicroGBSeconds int64 `json:"sandbox_session_micro_gb_seconds,omitempty"`
 }
 
 // Add adds o to c.
@@ -115,6 +142,20 @@ func (c *Counters) Add(o Counters) {
 	c.Errors += o.Errors
 	c.CostNano += o.CostNano
 	c.Unpriced += o.Unpriced
+	c.SandboxExecs += o.SandboxExecs
+	c.SandboxErrors += o.SandboxErrors
+	c.SandboxWallMS += o.SandboxWallMS
+	c.SandboxCPUMS += o.SandboxCPUMS
+	c.SandboxMicroGBSeconds += o.SandboxMicroGBSeconds
+	c.SandboxSessions += o.SandboxSessions
+	c.SandboxSessionMS += o.SandboxSessionMS
+	c.SandboxSessionMicroGBSeconds += o.SandboxSessionMicroGBSeconds
+}
+
+// HasSandbox reports whether c counts any sandbox usage.
+func (c Counters) HasSandbox() bool {
+	return c.SandboxExecs != 0 || c.SandboxErrors != 0 || c.SandboxWallMS != 0 || c.SandboxCPUMS != 0 ||
+		c.SandboxMicroGBSeconds != 0 || c.SandboxSessions != 0 || c.SandboxSessionMS != 0 || c.SandboxSessionMicroGBSeconds != 0
 }
 
 // IsZero reports whether every counter is 0.
@@ -277,8 +318,9 @@ func (l *Ledger) SetLastSeq(seq uint64) {
 // UsageRecordedV1, V2 and V3 add one request to the bucket of their
 // StartedAt minute (a V3 batch line to its batch bucket, priced with its
 // model's batch discount instead of the endpoint's); UsageCorrectedV1 adds its deltas, and the cost of its token
-// deltas, to the bucket of the corrected request (its At). Other event types
-// are ignored. An event whose id was applied before (and is still
+// deltas, to the bucket of the corrected request (its At); SandboxUsageV1
+// adds an exec or a session to its tenant's and key's sandbox bucket (see
+// SandboxCounters and SandboxTime). Other event types are ignored. An event whose id was applied before (and is still
 // remembered: see the package doc) is skipped whatever its sequence; so is
 // a sequence at or below LastSeq (seq 0 means "no sequence": only the id is
 // checked). LastSeq is advanced in every case.
@@ -288,7 +330,8 @@ func (l *Ledger) Apply(seq uint64, eventID string, ev events.Event, pb *PriceBoo
 }
 
 // ApplyCost is Apply that also returns the cost folded (for budget
-// settlement): the request's cost, or a correction's cost delta.
+// settlement): the request's cost, a correction's cost delta, or a sandbox
+// exec's or session's cost.
 func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *PriceBook) (applied bool, costNano int64) {
 	if seq != 0 {
 		if seq <= l.lastSeq {
@@ -298,6 +341,7 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 	}
 	var rec *events.UsageRecordedV1
 	var cor *events.UsageCorrectedV1
+	var sbx *events.SandboxUsageV1
 	batch := false
 	switch e := ev.(type) {
 	case *events.UsageRecordedV3:
@@ -320,6 +364,10 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 		cor = e
 	case events.UsageCorrectedV1:
 		cor = &e
+	case *events.SandboxUsageV1:
+		sbx = e
+	case events.SandboxUsageV1:
+		sbx = &e
 	}
 	switch {
 	case rec != nil:
@@ -346,9 +394,61 @@ func (l *Ledger) ApplyCost(seq uint64, eventID string, ev events.Event, pb *Pric
 		l.add(m, Dims{Tenant: cor.Tenant, KeyID: cor.KeyID, Model: cor.Model, Endpoint: cor.Endpoint}, c)
 		l.applied++
 		return true, c.CostNano
+	case sbx != nil:
+		if eventID == "" {
+			eventID = sbx.ID
+		}
+		m := minuteOf(SandboxTime(sbx))
+		if !l.markSeen(eventID, m) {
+			return false, 0
+		}
+		c := SandboxCounters(sbx, pb)
+		l.add(m, SandboxDims(sbx), c)
+		l.applied++
+		return true, c.CostNano
 	}
 	return false, 0
 }
+
+// SandboxDims are the dimensions of a sandbox usage event's bucket.
+func SandboxDims(u *events.SandboxUsageV1) Dims {
+	return Dims{Tenant: u.Tenant, KeyID: u.KeyID, Endpoint: EndpointSandbox}
+}
+
+// SandboxTime is the time a sandbox usage event is counted at: an exec's
+// start, like a request's; a container's end, when its session is billed
+// (a container may live longer than the dedup horizon, and its event is
+// published when it ends).
+func SandboxTime(u *events.SandboxUsageV1) time.Time {
+	if u.Kind == events.SandboxUsageContainer {
+		return u.FinishedAt
+	}
+	return u.StartedAt
+}
+
+// SandboxCounters is what one sandbox usage event adds to its bucket: an
+// exec its counts, seconds and gigabyte-seconds, costed at the sandbox
+// price per gigabyte-second; a container one session, its life, costed at
+// the price per session (PriceBook.SandboxCostNano). A container's own
+// gigabyte-seconds are counted, not charged: its execs are.
+func SandboxCounters(u *events.SandboxUsageV1, pb *PriceBook) Counters {
+	gb := microGBSeconds(u.GBSeconds)
+	at := SandboxTime(u)
+	if u.Kind == events.SandboxUsageContainer {
+		return Counters{SandboxSessions: 1, SandboxSessionMS: u.WallMS, SandboxSessionMicroGBSeconds: gb,
+			CostNano: pb.SandboxCostNano(at, 0, 1)}
+	}
+	c := Counters{SandboxExecs: 1, SandboxWallMS: u.WallMS, SandboxCPUMS: u.CPUMS, SandboxMicroGBSeconds: gb,
+		CostNano: pb.SandboxCostNano(at, gb, 0)}
+	if u.Status != events.UsageStatusOK {
+		c.SandboxErrors = 1
+	}
+	return c
+}
+
+// microGBSeconds is gigabyte-seconds in millionths, rounded: integers, so
+// sums are exact and the same in any order.
+func microGBSeconds(g float64) int64 { return int64(math.Round(g * 1e6)) }
 
 // RecordCounters is what one recorded real-time request adds to its
 // bucket.

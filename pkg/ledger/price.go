@@ -119,3 +119,25 @@ func costNano(p registry.Price, prompt, cached, completion int64, factor float64
 		float64(completion)*p.OutputPerMTokUSD*1000
 	return int64(math.Round(nano * factor))
 }
+
+// SandboxCostNano is the cost in nano-USD of sandbox usage at time at:
+// microGBSeconds (gigabyte-seconds × 1e6) of exec and sessions container
+// sessions, at the price of registry.SandboxPriceModel in force then
+// (PerGBSecondUSD, PerSessionUSD), rounded once to the nearest nano-USD; 0
+// when none is (sandboxes are not charged until an operator sets a price).
+// Endpoint discounts do not apply.
+func (pb *PriceBook) SandboxCostNano(at time.Time, microGBSeconds, sessions int64) int64 {
+	if pb == nil {
+		return 0
+	}
+	h, ok := pb.prices[registry.SandboxPriceModel]
+	if !ok {
+		return 0
+	}
+	p, ok := h.At(at)
+	if !ok {
+		return 0
+	}
+	// A micro-GB-second costs PerGBSecondUSD × 1e-6 USD = × 1e3 nano-USD.
+	return int64(math.Round(float64(microGBSeconds)*p.PerGBSecondUSD*1e3 + float64(sessions)*p.PerSessionUSD*1e9))
+}

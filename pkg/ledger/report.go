@@ -26,6 +26,10 @@ const (
 	ReportEmbeddings Report = "embeddings"
 	// ReportCosts is GET /v1/organization/costs: every endpoint, in USD.
 	ReportCosts Report = "costs"
+	// ReportCodeInterpreterSessions is GET
+	// /v1/organization/usage/code_interpreter_sessions: the agent code
+	// sandboxes (sandbox buckets).
+	ReportCodeInterpreterSessions Report = "code_interpreter_sessions"
 )
 
 // Group-by fields. Tenants are OpenAI's projects; a cost line item is a
@@ -43,8 +47,14 @@ const (
 // "<model>".
 const BatchLineItemSuffix = ", batch"
 
+// SandboxLineItem is the cost line item of the agent code sandboxes.
+const SandboxLineItem = "code interpreter"
+
 // LineItem is the cost line item of a bucket's dimensions.
 func LineItem(d Dims) string {
+	if d.Endpoint == EndpointSandbox {
+		return SandboxLineItem
+	}
 	if d.Batch {
 		return d.Model + BatchLineItemSuffix
 	}
@@ -120,7 +130,9 @@ func list(v url.Values, name string) []string {
 // model, and for completions batch; costs: project_id, line_item) and the
 // filters project_ids, api_key_ids, models and batch (true: batch lines
 // only, false: real-time requests only; costs: project_ids, line_items);
-// user_ids is refused (there are no users). Other parameters are ignored. Errors are
+// user_ids is refused (there are no users). code_interpreter_sessions takes
+// group_by project_id and api_key_id, and the filters project_ids and
+// api_key_ids. Other parameters are ignored. Errors are
 // OpenAI-shaped 400s naming the parameter.
 //
 // Buckets are aligned to UTC multiples of the width; the first starts at
@@ -130,7 +142,7 @@ func list(v url.Values, name string) []string {
 func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Error) {
 	q := Query{Report: r}
 	switch r {
-	case ReportCompletions, ReportEmbeddings, ReportCosts:
+	case ReportCompletions, ReportEmbeddings, ReportCosts, ReportCodeInterpreterSessions:
 	default:
 		return q, badParam("", contracts.CodeInvalidRequest, "unknown report %q", string(r))
 	}
@@ -213,6 +225,8 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 		allowed = append(allowed, GroupBatch)
 	case ReportCosts:
 		allowed = []string{GroupProjectID, GroupLineItem}
+	case ReportCodeInterpreterSessions:
+		allowed = []string{GroupProjectID, GroupAPIKeyID}
 	}
 	for _, raw := range list(v, "group_by") {
 		for g := range strings.SplitSeq(raw, ",") {
@@ -230,7 +244,7 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 		}
 	}
 
-	if r != ReportCosts {
+	if r == ReportCompletions || r == ReportEmbeddings {
 		switch b := v.Get("batch"); b {
 		case "":
 		case "true", "false":
@@ -245,9 +259,12 @@ func ParseQuery(r Report, rawQuery string, now time.Time) (Query, *contracts.Err
 			"Invalid 'user_ids': aiforge usage has no users; filter by project_ids or api_key_ids.")
 	}
 	q.ProjectIDs = list(v, "project_ids")
-	if r == ReportCosts {
+	switch r {
+	case ReportCosts:
 		q.Models = list(v, "line_items")
-	} else {
+	case ReportCodeInterpreterSessions:
+		q.APIKeyIDs = list(v, "api_key_ids")
+	default:
 		q.APIKeyIDs = list(v, "api_key_ids")
 		q.Models = list(v, "models")
 	}
@@ -393,6 +410,9 @@ func (l *Ledger) pageBuckets(q Query, scope string, fn func(start, end int64, ro
 				if !q.match(d, scope) {
 					continue
 				}
+				if q.Report == ReportCosts && d.Endpoint == EndpointSandbox && c.CostNano == 0 {
+					continue // the code interpreter is a line item only when charged
+				}
 				var k gk
 				if q.grouped(GroupProjectID) {
 					k.project = d.Tenant
@@ -455,6 +475,10 @@ func (q Query) match(d Dims, scope string) bool {
 		}
 	case ReportEmbeddings:
 		if d.Endpoint != events.EndpointEmbeddings {
+			return false
+		}
+	case ReportCodeInterpreterSessions:
+		if d.Endpoint != EndpointSandbox {
 			return false
 		}
 	}
@@ -551,6 +575,46 @@ func (l *Ledger) Costs(q Query, scope string) Page[CostsResult] {
 	})
 }
 
+// CodeInterpreterSessionsResult is
+// organization.usage.code_interpreter_sessions.result: NumSessions is the
+// containers that ended in the bucket. The rest are aiforge's: api_key_id
+// (null unless grouped by), the execs that started in the bucket (how many,
+// how many failed, their wall and CPU seconds and gigabyte-seconds: memory
+// limit × wall time) and the sessions' own seconds and gigabyte-seconds.
+type CodeInterpreterSessionsResult struct {
+	Object           string  `json:"object"`
+	NumSessions      int64   `json:"num_sessions"`
+	ProjectID        *string `json:"project_id"`
+	APIKeyID         *string `json:"api_key_id"`
+	NumExecs         int64   `json:"num_execs"`
+	NumExecErrors    int64   `json:"num_exec_errors"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	GBSeconds        float64 `json:"gb_seconds"`
+	SessionSeconds   float64 `json:"session_seconds"`
+	SessionGBSeconds float64 `json:"session_gb_seconds"`
+}
+
+// CodeInterpreterSessions answers GET
+// /v1/organization/usage/code_interpreter_sessions.
+func (l *Ledger) CodeInterpreterSessions(q Query, scope string) Page[CodeInterpreterSessionsResult] {
+	return buildPage(l, q, scope, func(g group) CodeInterpreterSessionsResult {
+		return CodeInterpreterSessionsResult{
+			Object:           "organization.usage.code_interpreter_sessions.result",
+			NumSessions:      g.SandboxSessions,
+			ProjectID:        ptrIf(q.grouped(GroupProjectID), g.project),
+			APIKeyID:         ptrIf(q.grouped(GroupAPIKeyID), g.key),
+			NumExecs:         g.SandboxExecs,
+			NumExecErrors:    g.SandboxErrors,
+			WallSeconds:      float64(g.SandboxWallMS) / 1e3,
+			CPUSeconds:       float64(g.SandboxCPUMS) / 1e3,
+			GBSeconds:        float64(g.SandboxMicroGBSeconds) / 1e6,
+			SessionSeconds:   float64(g.SandboxSessionMS) / 1e3,
+			SessionGBSeconds: float64(g.SandboxSessionMicroGBSeconds) / 1e6,
+		}
+	})
+}
+
 // ReportJSON answers q as JSON: the OpenAI page body.
 func (l *Ledger) ReportJSON(q Query, scope string) ([]byte, error) {
 	switch q.Report {
@@ -560,6 +624,8 @@ func (l *Ledger) ReportJSON(q Query, scope string) ([]byte, error) {
 		return json.Marshal(l.Embeddings(q, scope))
 	case ReportCosts:
 		return json.Marshal(l.Costs(q, scope))
+	case ReportCodeInterpreterSessions:
+		return json.Marshal(l.CodeInterpreterSessions(q, scope))
 	}
 	return nil, fmt.Errorf("ledger: unknown report %q", q.Report)
 }

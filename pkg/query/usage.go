@@ -21,6 +21,8 @@ const (
 	OpAudit       = "audit"
 	OpLedger      = "ledger"
 	OpPrices      = "prices"
+	// OpCodeInterpreterSessions is the agent code sandboxes' usage report.
+	OpCodeInterpreterSessions = "code_interpreter_sessions"
 )
 
 // UsageReplyHeader marks a reply sent by the usage service, so a client can
@@ -29,12 +31,13 @@ const UsageReplyHeader = "Aiforge-Usage-Reply"
 
 // UsageRequest is the JSON body of a request on events.UsageQuery.
 type UsageRequest struct {
-	// Op is completions, embeddings, costs, audit, ledger or prices.
+	// Op is completions, embeddings, code_interpreter_sessions, costs,
+	// audit, ledger or prices.
 	Op string `json:"op"`
 	// Scope restricts everything to one tenant; empty means all tenants.
 	Scope string `json:"scope,omitempty"`
 	// Query is the raw URL query string of the OpenAI endpoint
-	// (completions, embeddings, costs).
+	// (completions, embeddings, code_interpreter_sessions, costs).
 	Query string `json:"query,omitempty"`
 	// From and To are unix seconds (audit, ledger): buckets whose minute
 	// starts in [From, To). To defaults to now.

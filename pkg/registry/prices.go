@@ -17,7 +17,17 @@ type Price struct {
 	// BatchDiscount is the fraction taken off batch lines (0.5: half
 	// price); nil means DefaultBatchDiscount.
 	BatchDiscount *float64 `json:"batch_discount,omitempty"`
+	// The sandbox prices, set on the history of SandboxPriceModel only:
+	// USD per gigabyte-second of agent code exec (memory limit × wall
+	// time) and per container session. 0, or no price: not charged.
+	PerGBSecondUSD float64 `json:"per_gb_second_usd,omitempty"`
+	PerSessionUSD  float64 `json:"per_session_usd,omitempty"`
 }
+
+// SandboxPriceModel is the reserved price history name of the agent code
+// sandboxes (the code interpreter): its prices' PerGBSecondUSD and
+// PerSessionUSD. No model binding may take the name.
+const SandboxPriceModel = "@sandbox"
 
 // DefaultBatchDiscount is what batch lines of a model without a
 // BatchDiscount pay less: half.
@@ -33,7 +43,7 @@ func (p Price) BatchFactor() float64 {
 
 // Validate checks a price.
 func (p Price) Validate() error {
-	if p.InputPerMTokUSD < 0 || p.CachedInputPerMTokUSD < 0 || p.OutputPerMTokUSD < 0 {
+	if p.InputPerMTokUSD < 0 || p.CachedInputPerMTokUSD < 0 || p.OutputPerMTokUSD < 0 || p.PerGBSecondUSD < 0 || p.PerSessionUSD < 0 {
 		return fmt.Errorf("%w: prices must not be negative", ErrInvalid)
 	}
 	if d := p.BatchDiscount; d != nil && !(*d >= 0 && *d <= 1) {

@@ -1,7 +1,9 @@
 // Package usage folds the USAGE stream into an in-memory ledger of spend
 // buckets, settles each request's cost into the budget entries admission
 // reads, and answers usage reports (OpenAI's organization usage and costs
-// API), ledger dumps and audits over core NATS.
+// API), ledger dumps and audits over core NATS. The agent code sandboxes'
+// usage (events.SandboxUsageV1) is folded the same way into sandbox
+// buckets, and settled when operators price it (registry.SandboxPriceModel).
 //
 // Exactly once comes from the checkpoint, not from acks: the folder reads
 // the stream in order with an ordered (ephemeral) consumer starting after

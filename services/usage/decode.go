@@ -13,12 +13,13 @@ import (
 // allocates only the strings of each event. The event it returns is valid
 // until the next call. It knows the usage event types the ledger folds:
 // UsageRecordedV1, V2, V3 (batch lines), V4 (with an admission verdict,
-// a route class or a cache hit: folded exactly as V3, which it extends)
-// and UsageCorrectedV1; any other type is ignored.
+// a route class or a cache hit: folded exactly as V3, which it extends),
+// UsageCorrectedV1 and SandboxUsageV1; any other type is ignored.
 type decoder struct {
 	rec events.UsageRecordedV3 // V1 and V2 decode into its embedded parts; V4 into it and ext
 	ext v4Fields
 	cor events.UsageCorrectedV1
+	sbx events.SandboxUsageV1
 	in  interner
 }
 
@@ -83,6 +84,12 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 			return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 		}
 		ev = &d.cor
+	case events.TypeSandboxUsageV1:
+		d.sbx = events.SandboxUsageV1{}
+		if err := json.Unmarshal(data, &d.sbx); err != nil {
+			return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+		}
+		ev = &d.sbx
 	default:
 		return id, nil, decodedIgnored, nil
 	}

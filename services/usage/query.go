@@ -77,7 +77,7 @@ func (s *Service) respond(m *nats.Msg, op string, v any) {
 		body, _ = json.Marshal(e)
 	}
 	switch op {
-	case query.OpCompletions, query.OpEmbeddings, query.OpCosts, query.OpAudit, query.OpLedger, query.OpPrices:
+	case query.OpCompletions, query.OpEmbeddings, query.OpCodeInterpreterSessions, query.OpCosts, query.OpAudit, query.OpLedger, query.OpPrices:
 	default:
 		op = "unknown" // bounded label values
 	}
@@ -94,7 +94,7 @@ func (s *Service) respond(m *nats.Msg, op string, v any) {
 // failure).
 func (s *Service) Answer(ctx context.Context, req query.UsageRequest) any {
 	switch req.Op {
-	case query.OpCompletions, query.OpEmbeddings, query.OpCosts:
+	case query.OpCompletions, query.OpEmbeddings, query.OpCodeInterpreterSessions, query.OpCosts:
 		q, perr := ledger.ParseQuery(ledger.Report(req.Op), req.Query, s.now())
 		if perr != nil {
 			return query.NewErrorReply(perr)
@@ -144,7 +144,7 @@ func (s *Service) Answer(ctx context.Context, req query.UsageRequest) any {
 		return rep
 	}
 	return query.NewErrorReply(contracts.ErrBadRequest("op", contracts.CodeInvalidRequest,
-		fmt.Sprintf("Invalid 'op': %q. Supported values are completions, embeddings, costs, audit, ledger, prices.", req.Op)))
+		fmt.Sprintf("Invalid 'op': %q. Supported values are completions, embeddings, code_interpreter_sessions, costs, audit, ledger, prices.", req.Op)))
 }
 
 func (s *Service) span(req query.UsageRequest) (from, to time.Time, perr *contracts.Error) {

@@ -423,18 +423,25 @@ func (s *Service) planSettlement(seq uint64, ev events.Event, cost int64) {
 	if s.settler == nil {
 		return
 	}
-	var u *events.UsageRecordedV1
+	var who spender
 	var res []events.Reservation
 	switch e := ev.(type) {
 	case *events.UsageRecordedV3:
-		u, res = &e.UsageRecordedV1, e.Reservations
+		who, res = requestSpender(&e.UsageRecordedV1), e.Reservations
 	case *events.UsageRecordedV2:
-		u, res = &e.UsageRecordedV1, e.Reservations
+		who, res = requestSpender(&e.UsageRecordedV1), e.Reservations
 	case *events.UsageRecordedV1:
 		if !s.cfg.SettleV1 {
 			return
 		}
-		u = e
+		who = requestSpender(e)
+	case *events.SandboxUsageV1:
+		// Charged only when the operators set a sandbox price; nothing is
+		// reserved for an exec, so nothing else is released.
+		if cost == 0 {
+			return
+		}
+		who = spender{tenant: e.Tenant, keyID: e.KeyID, requestID: e.ID, at: ledger.SandboxTime(e), finished: e.FinishedAt}
 	default:
 		return
 	}
@@ -442,7 +449,7 @@ func (s *Service) planSettlement(seq uint64, ev events.Event, cost int64) {
 		s.pending = newSettleBatch()
 		s.pendingSince = time.Now()
 	}
-	s.pending.plan(seq, u, res, cost, s.limits.Load())
+	s.pending.plan(seq, who, res, cost, s.limits.Load())
 }
 
 // housekeeping hands settlements over and saves snapshots when due.

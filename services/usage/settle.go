@@ -65,26 +65,38 @@ func (b *settleBatch) add(key string, seq uint64, spent int64, release string) *
 	return w
 }
 
+// spender is who spent a folded event's cost, and when: a request's
+// tenant, key, id and StartedAt (FinishedAt for alerts), or a sandbox
+// exec's or session's (ledger.SandboxTime).
+type spender struct {
+	tenant, keyID, requestID string
+	at, finished             time.Time
+}
+
+func requestSpender(u *events.UsageRecordedV1) spender {
+	return spender{tenant: u.Tenant, keyID: u.KeyID, requestID: u.RequestID, at: u.StartedAt, finished: u.FinishedAt}
+}
+
 // plan adds one usage event's settlements to b: the key's and the
-// tenant's entry of the period containing StartedAt (when they have a
+// tenant's entry of the period containing u.at (when they have a
 // budget or a reservation), and the release of any other reservation (a
 // request that crossed a period boundary).
-func (b *settleBatch) plan(seq uint64, u *events.UsageRecordedV1, res []events.Reservation, cost int64, lv *limitsView) {
+func (b *settleBatch) plan(seq uint64, u spender, res []events.Reservation, cost int64, lv *limitsView) {
 	var keyEntry, tenantEntry string
 	var kl, tl registry.Limits
-	if u.KeyID != "" {
-		kl = lv.keys[u.KeyID]
-		keyEntry = spend.KeyEntry(u.KeyID, spend.PeriodID(kl.Period(), u.StartedAt))
+	if u.keyID != "" {
+		kl = lv.keys[u.keyID]
+		keyEntry = spend.KeyEntry(u.keyID, spend.PeriodID(kl.Period(), u.at))
 	}
-	tl = lv.tenants[u.Tenant]
-	tenantEntry = spend.TenantEntry(u.Tenant, spend.PeriodID(tl.Period(), u.StartedAt))
+	tl = lv.tenants[u.tenant]
+	tenantEntry = spend.TenantEntry(u.tenant, spend.PeriodID(tl.Period(), u.at))
 
 	// reserved is the hold the event releases in key: the request's, when
 	// the edge reserved there.
 	reserved := func(key string) (string, bool) {
 		for _, r := range res {
 			if r.Key == key {
-				return u.RequestID, true
+				return u.requestID, true
 			}
 		}
 		return "", false
@@ -97,14 +109,14 @@ func (b *settleBatch) plan(seq uint64, u *events.UsageRecordedV1, res []events.R
 		w := b.add(entry, seq, cost, rel)
 		if l.SoftBudgetUSD > 0 {
 			w.softNano = spend.USDToNano(l.SoftBudgetUSD)
-			w.alert = events.BudgetAlertV1{Scope: scope, ID: id, Tenant: u.Tenant, Period: l.Period(),
-				PeriodID: spend.PeriodID(l.Period(), u.StartedAt), SoftBudgetUSD: l.SoftBudgetUSD, At: u.FinishedAt}
+			w.alert = events.BudgetAlertV1{Scope: scope, ID: id, Tenant: u.tenant, Period: l.Period(),
+				PeriodID: spend.PeriodID(l.Period(), u.at), SoftBudgetUSD: l.SoftBudgetUSD, At: u.finished}
 		}
 	}
 	if keyEntry != "" {
-		one(keyEntry, "key", u.KeyID, kl)
+		one(keyEntry, "key", u.keyID, kl)
 	}
-	one(tenantEntry, "tenant", u.Tenant, tl)
+	one(tenantEntry, "tenant", u.tenant, tl)
 	for i, r := range res {
 		if r.Key == keyEntry || r.Key == tenantEntry {
 			continue

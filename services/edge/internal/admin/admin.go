@@ -336,10 +336,14 @@ type priceIn struct {
 	// BatchDiscount is the fraction batch lines pay less (0 to 1);
 	// absent: registry.DefaultBatchDiscount.
 	BatchDiscount *float64 `json:"batch_discount"`
+	// The sandbox prices, for model registry.SandboxPriceModel only.
+	PerGBSecondUSD float64 `json:"per_gb_second_usd"`
+	PerSessionUSD  float64 `json:"per_session_usd"`
 }
 
 func (p priceIn) price() registry.Price {
-	out := registry.Price{InputPerMTokUSD: p.InputPerMTokUSD, OutputPerMTokUSD: p.OutputPerMTokUSD, CachedInputPerMTokUSD: p.InputPerMTokUSD, BatchDiscount: p.BatchDiscount}
+	out := registry.Price{InputPerMTokUSD: p.InputPerMTokUSD, OutputPerMTokUSD: p.OutputPerMTokUSD, CachedInputPerMTokUSD: p.InputPerMTokUSD, BatchDiscount: p.BatchDiscount,
+		PerGBSecondUSD: p.PerGBSecondUSD, PerSessionUSD: p.PerSessionUSD}
 	if p.CachedInputPerMTokUSD != nil {
 		out.CachedInputPerMTokUSD = *p.CachedInputPerMTokUSD
 	}
@@ -364,6 +368,11 @@ func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.Model == "" {
 		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeMissingParam, "Missing required parameter: 'model'."))
+		return
+	}
+	if p.Model != registry.SandboxPriceModel && (p.PerGBSecondUSD != 0 || p.PerSessionUSD != 0) {
+		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeInvalidRequest,
+			"per_gb_second_usd and per_session_usd are the sandboxes' prices: set them on model '"+registry.SandboxPriceModel+"'."))
 		return
 	}
 	h, err := s.storePrice(r, p.Model, p)

@@ -16,9 +16,13 @@ func (s *Service) routerRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/v1/cache", s.admin(s.purgeCache))
 }
 
-// checkModelName refuses a model binding named like a router, and a cache
+// checkModelName refuses a model binding named like a router or the
+// sandboxes' price (registry.SandboxPriceModel), and a cache
 // policy out of bounds.
 func (s *Service) checkModelName(m registry.Model) *contracts.Error {
+	if m.Name == registry.SandboxPriceModel {
+		return contracts.ErrBadRequest("name", contracts.CodeInvalidRequest, "'"+m.Name+"' is reserved for the sandboxes' price.")
+	}
 	if _, ok := s.d.Directory.Router(m.Name); ok {
 		return contracts.ErrConflict("A router is named '" + m.Name + "'; delete it first or pick another name.")
 	}

@@ -61,6 +61,7 @@ func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Ad
 func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/organization/usage/completions", s.report(query.OpCompletions))
 	mux.HandleFunc("GET /v1/organization/usage/embeddings", s.report(query.OpEmbeddings))
+	mux.HandleFunc("GET /v1/organization/usage/code_interpreter_sessions", s.report(query.OpCodeInterpreterSessions))
 	mux.HandleFunc("GET /v1/organization/costs", s.report(query.OpCosts))
 	mux.HandleFunc("POST /admin/v1/usage/audit", s.admin(s.adminUsage(query.OpAudit)))
 	mux.HandleFunc("GET /admin/v1/usage/ledger", s.admin(s.adminUsage(query.OpLedger)))
@@ -257,17 +258,24 @@ func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
 const ExportLateMargin = 15 * time.Minute
 
 // cloudEvent renders a stream message as a structured CloudEvent and returns
-// the event's own time (the request's start).
+// the event's own time: the request's (or sandbox exec's) start, a
+// correction's time, a sandbox container's end (when the ledgers count its
+// session).
 func cloudEvent(m jetstream.Msg) ([]byte, time.Time, bool) {
 	env := events.ReadEnvelope(m.Headers())
 	var at struct {
-		StartedAt time.Time `json:"started_at"`
-		At        time.Time `json:"at"`
+		StartedAt  time.Time `json:"started_at"`
+		FinishedAt time.Time `json:"finished_at"`
+		At         time.Time `json:"at"`
+		Kind       string    `json:"kind"`
 	}
 	if json.Unmarshal(m.Data(), &at) != nil {
 		return nil, time.Time{}, false
 	}
 	t := at.StartedAt
+	if env.Type == events.TypeSandboxUsageV1 && at.Kind == events.SandboxUsageContainer {
+		t = at.FinishedAt
+	}
 	if t.IsZero() {
 		t = at.At
 	}
