@@ -11,6 +11,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/guard"
+	"github.com/aiforge/aiforge/services/edge/internal/containers"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
 	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
@@ -20,6 +21,9 @@ import (
 type Deps struct {
 	Inference *inference.Service
 	Search    *vectorstores.Service
+	// Sandbox runs the code_interpreter tool's code; nil: the tool answers
+	// 503 sandbox_unavailable.
+	Sandbox *containers.Client
 }
 
 // Service is the Responses API.
