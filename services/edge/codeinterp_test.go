@@ -262,3 +262,19 @@ func TestResponsesCodeInterpreterNoSandbox(t *testing.T) {
 	apiError(t, h.do("POST", "/v1/responses", secret, map[string]any{"model": "chat", "input": codePrompt,
 		"tools": codeTool("cntr_nothere")}, nil), 404, sandbox.CodeContainerNotFound)
 }
+
+// The Containers API is mounted with the edge's key check: 401 without a
+// key, 503 sandbox_unavailable with no sandbox service, the service's
+// answer with one.
+func TestContainersAPIMounted(t *testing.T) {
+	h := startEdge(t, nil)
+	secret, _ := h.tenantKey("acme")
+	apiError(t, h.do("POST", "/v1/containers", "", map[string]any{}, nil), 401, "invalid_api_key")
+	apiError(t, h.do("POST", "/v1/containers", secret, map[string]any{}, nil), 503, sandbox.CodeSandboxUnavailable)
+	apiError(t, h.do("GET", "/v1/containers/cntr_x/files", secret, nil, nil), 404, sandbox.CodeContainerNotFound)
+	h.busSandbox()
+	r := h.do("POST", "/v1/containers", secret, map[string]any{"name": "x"}, nil)
+	if r.status != 200 || !strings.HasPrefix(r.json(t)["id"].(string), "cntr_") {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+}

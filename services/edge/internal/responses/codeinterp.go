@@ -32,8 +32,12 @@ import (
 // each code_interpreter_call are sent as its code runs, and the final
 // answer as one output_text delta.
 
-// MaxCodeRounds bounds the code runs of one response.
-const MaxCodeRounds = 4
+// MaxCodeRounds bounds the model calls of one response that may run code;
+// MaxCodeRuns bounds the code runs (a model may ask for several at once).
+const (
+	MaxCodeRounds = 4
+	MaxCodeRuns   = 8
+)
 
 // pythonTool is the function name the model calls.
 const pythonTool = "python"
@@ -206,6 +210,7 @@ type codeLoop struct {
 
 	stream  bool
 	started bool
+	runs    int
 	items   []map[string]any
 	usage   chatUsage
 }
@@ -391,6 +396,10 @@ func (l *codeLoop) runCall(call toolCall) (string, bool) {
 	if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil || args.Code == nil {
 		return "error: the arguments must be a JSON object with a string 'code'", true
 	}
+	if l.runs >= MaxCodeRuns {
+		return fmt.Sprintf("error: this response already ran code %d times, its limit; answer with what you have", MaxCodeRuns), true
+	}
+	l.runs++
 	cid, e := l.s.container(l.r, l.key, l.tool)
 	if e != nil {
 		l.fail(e)
