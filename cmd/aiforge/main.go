@@ -22,6 +22,11 @@ func main() {
 	parser = parserCommand()
 	root := newRoot()
 	if err := root.ExecuteContext(ctx); err != nil {
+		var exit *exitCodeError
+		if errors.As(err, &exit) {
+			stop()
+			os.Exit(exit.code) // the sandboxed code's own status
+		}
 		var ae *cli.APIError
 		if errors.As(err, &ae) {
 			fmt.Fprintln(os.Stderr, "error:", ae.Error())
@@ -42,7 +47,7 @@ func newRoot() *cobra.Command {
 		// an error, not a silent fallback to the default.
 		PersistentPreRunE: func(*cobra.Command, []string) error { return checkEnv() },
 	}
-	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), routersCmd(), cacheCmd(), usageCmd(), batchesCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd(), parseCmd())
+	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), routersCmd(), cacheCmd(), usageCmd(), batchesCmd(), sandboxCmd(), containersCmd(), evalCmd(), enginesimCmd(), benchCmd(), natsCmd(), parseCmd())
 	return root
 }
 

@@ -34,6 +34,14 @@
 // the client, injected failures, tokens written) so tests can assert, for
 // example, that a client disconnect at the gateway cancels the engine request.
 //
+// Tool calls: a chat request with tools answers a call to the first
+// function (or the one tool_choice names) with arguments {"q":"<word>"}.
+// A code tool — the first function, with a "code" property in its
+// parameters (the gateway's code interpreter offers one) — is called with
+// {"code": <the last fenced code block of the last user message, or that
+// whole message>}, and once the last message is a tool result the answer
+// is text, so that a tool loop ends after one call.
+//
 // Typical use:
 //
 //	sim, baseURL, closeFn, err := enginesim.Start(enginesim.Config{Models: []string{"m"}})

@@ -501,6 +501,51 @@ func TestToolCalls(t *testing.T) {
 	}
 }
 
+// A code tool (a function with a "code" parameter) is called with the
+// last fenced code block of the last user message, streamed or not; after
+// a tool result the answer is text.
+func TestCodeToolCalls(t *testing.T) {
+	_, base := startSim(t, Config{Models: []string{"m"}})
+	tools := `"tools":[{"type":"function","function":{"name":"python","parameters":{"type":"object","properties":{"code":{"type":"string"}}}}}]`
+	user := `{"role":"user","content":"compute this:\n` + "```" + `python\nprint(\"a\" * 2)\n` + "```" + `\nthanks"}`
+	body := `{"model":"m","messages":[` + user + `],` + tools
+	r := chatNonStream(t, base, body+`}`)
+	tcs := r.Choices[0].Message.ToolCalls
+	if len(tcs) != 1 || *tcs[0].Function.Name != "python" {
+		t.Fatalf("code tool call = %+v", r)
+	}
+	var args map[string]string
+	mustJSON(t, []byte(*tcs[0].Function.Arguments), &args)
+	if len(args) != 1 || args["code"] != "print(\"a\" * 2)\n" {
+		t.Fatalf("arguments = %q", *tcs[0].Function.Arguments)
+	}
+	_, _, b := call(t, "POST", base+"/chat/completions", body+`,"stream":true}`, nil)
+	var streamed strings.Builder
+	for _, ev := range sseEvents(t, b) {
+		if ev == "[DONE]" {
+			continue
+		}
+		var c chunk
+		mustJSON(t, []byte(ev), &c)
+		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Function.Arguments != nil {
+					streamed.WriteString(*tc.Function.Arguments)
+				}
+			}
+		}
+	}
+	if streamed.String() != *tcs[0].Function.Arguments {
+		t.Fatalf("streamed arguments %q, non-streamed %q", streamed.String(), *tcs[0].Function.Arguments)
+	}
+	// After the tool's result: text.
+	r = chatNonStream(t, base, `{"model":"m","messages":[`+user+`,{"role":"assistant","content":null,"tool_calls":[{"id":"call_sim_0","type":"function","function":{"name":"python","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_sim_0","content":"aa"}],`+tools+`,"max_tokens":3}`)
+	if len(r.Choices[0].Message.ToolCalls) != 0 {
+		t.Fatalf("after a tool result = %+v", r)
+	}
+	checkWords(t, contentString(t, r.Choices[0].Message.Content), 3)
+}
+
 func TestCompletions(t *testing.T) {
 	sim, base := startSim(t, Config{Models: []string{"m"}, DefaultMaxTokens: 4})
 	type compResp struct {

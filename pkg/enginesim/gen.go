@@ -2,6 +2,7 @@ package enginesim
 
 import (
 	"encoding/json"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -109,6 +110,9 @@ type gen struct {
 	seed         uint64
 	promptTokens int
 	tool         string // non-empty: answer with a call to this function
+	// toolCode, when set, is the code of a call to a code tool (see
+	// parseChat): its arguments are {"code": toolCode}.
+	toolCode *string
 }
 
 // toolWord is the deterministic word used in tool-call arguments.
@@ -117,9 +121,52 @@ func (g *gen) toolWord() string {
 	return words[nextWord(&rng)]
 }
 
-// toolPieces splits the arguments {"q":"<word>"} into the streamed pieces.
+// toolPieces splits the arguments {"q":"<word>"} (or a code tool's
+// {"code":"..."}) into the streamed pieces.
 func (g *gen) toolPieces() [3]string {
+	if g.toolCode != nil {
+		code, _ := json.Marshal(*g.toolCode)
+		return [3]string{`{"code":`, string(code), `}`}
+	}
 	return [3]string{`{"q":"`, g.toolWord(), `"}`}
+}
+
+// toolArguments is the whole arguments string of the call.
+func (g *gen) toolArguments() string {
+	p := g.toolPieces()
+	return p[0] + p[1] + p[2]
+}
+
+// fencedCode is the content of the last fenced code block (```...```) in
+// text, without the fence line's language tag, or text itself when it has
+// none.
+func fencedCode(text string) string {
+	end := strings.LastIndex(text, "```")
+	if end < 0 {
+		return text
+	}
+	start := strings.LastIndex(text[:end], "```")
+	if start < 0 {
+		return text
+	}
+	block := text[start+3 : end]
+	if nl := strings.IndexByte(block, '\n'); nl >= 0 && !strings.ContainsAny(block[:nl], " \t=()") {
+		block = block[nl+1:] // a language tag such as "python"
+	}
+	return block
+}
+
+// isCodeTool reports whether a function's parameters have a "code"
+// property.
+func isCodeTool(params json.RawMessage) bool {
+	var p struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return false
+	}
+	_, ok := p.Properties["code"]
+	return ok
 }
 
 func (g *gen) completionTokens() int {
@@ -197,6 +244,7 @@ func (c *msgContent) UnmarshalJSON(data []byte) error {
 type chatRequest struct {
 	Model    string `json:"model"`
 	Messages []struct {
+		Role    string     `json:"role"`
 		Content msgContent `json:"content"`
 	} `json:"messages"`
 	Stream              bool           `json:"stream"`
@@ -205,7 +253,8 @@ type chatRequest struct {
 	MaxCompletionTokens *int           `json:"max_completion_tokens"`
 	Tools               []struct {
 		Function struct {
-			Name string `json:"name"`
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
 		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
@@ -327,9 +376,35 @@ func (s *Sim) parseChat(body []byte, g *gen) *apiError {
 				return badRequest("tools[0].function.name is required", "tools")
 			}
 			g.tool = name
+			if name == req.Tools[0].Function.Name && isCodeTool(req.Tools[0].Function.Parameters) {
+				s.codeToolCall(g, &req)
+			}
 		}
 	}
 	return nil
+}
+
+// codeToolCall makes a call to a code tool (a function whose parameters
+// have a "code" property, like the code interpreter the gateway offers)
+// deterministic for tests: the arguments are {"code": the last fenced code
+// block of the last user message, or that whole message}; once the last
+// message is a tool result, the answer is text (the code ran, the model
+// answers).
+func (s *Sim) codeToolCall(g *gen, req *chatRequest) {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == "tool" {
+		g.tool = ""
+		return
+	}
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if m := req.Messages[i]; m.Role == "user" {
+			code := fencedCode(m.Content.text + strings.Join(m.Content.parts, ""))
+			g.toolCode = &code
+			return
+		}
+	}
+	code := ""
+	g.toolCode = &code
 }
 
 func (s *Sim) parseCompletions(body []byte, g *gen) *apiError {

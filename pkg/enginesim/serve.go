@@ -271,9 +271,9 @@ func (s *Sim) serveNonStream(w http.ResponseWriter, r *http.Request, g *gen) {
 	case g.tool != "":
 		b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_sim_0","type":"function","function":{"name":`...)
 		b = appendJSONString(b, g.tool)
-		b = append(b, `,"arguments":"{\"q\":\"`...)
-		b = append(b, g.toolWord()...)
-		b = append(b, `\"}"}}]},"logprobs":null,"finish_reason":"`...)
+		b = append(b, `,"arguments":`...)
+		b = appendJSONString(b, g.toolArguments())
+		b = append(b, `}}]},"logprobs":null,"finish_reason":"`...)
 	default:
 		b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 		b = g.appendText(b)

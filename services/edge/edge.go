@@ -2,7 +2,9 @@
 // face of the mesh. It owns the listener, readiness and shutdown, opens the
 // buckets and the bus client, and mounts the APIs of its domains, each a
 // package of its own under internal/: inference (the one generation path),
-// responses, files, batches, vectorstores, models, admin and reports. They share
+// responses, files, batches, vectorstores, containers (agent code
+// sandboxes, served by the sandbox service over the bus), models, admin and
+// reports. They share
 // the read-only directory of tenants, keys, models and prices
 // (pkg/directory).
 package edge
@@ -36,6 +38,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
 	"github.com/aiforge/aiforge/services/edge/internal/batches"
+	"github.com/aiforge/aiforge/services/edge/internal/containers"
 	"github.com/aiforge/aiforge/services/edge/internal/files"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
@@ -440,9 +443,11 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Directory: d.dir, Storage: s.deps.Objects != nil, JS: js, NC: s.deps.NC, Logger: s.log, InstanceID: s.cfg.InstanceID,
 	})
 
+	sandboxes := containers.NewClient(s.deps.NC, containers.ClientConfig{})
+
 	s.healthRoutes(d.mux)
 	d.inference.Routes(d.mux)
-	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors}).Routes(d.mux)
+	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors, Sandbox: sandboxes}).Routes(d.mux)
 	moderations.New(moderations.Deps{Classifier: s.cfg.Classifier, Keys: d.dir, Tenants: d.dir.Tenant, MaxBody: s.maxBody(),
 		Logger: s.log, Metrics: s.modMetrics}).Routes(d.mux)
 	fileAPI.Routes(d.mux)
@@ -452,6 +457,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		MaxEnqueuedLines: s.cfg.BatchMaxEnqueuedLines, MaxEnqueuedTokens: s.cfg.BatchMaxEnqueuedTokens,
 	}).Routes(d.mux)
 	d.vectors.Routes(d.mux)
+	containers.New(containers.Deps{Client: sandboxes, Keys: d.dir, Objects: s.deps.Objects, Rates: kvs[events.BucketRateLimits], Logger: s.log}).Routes(d.mux)
 	models.New(models.Deps{
 		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,

@@ -11,6 +11,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/guard"
+	"github.com/aiforge/aiforge/services/edge/internal/containers"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
 	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
@@ -20,6 +21,9 @@ import (
 type Deps struct {
 	Inference *inference.Service
 	Search    *vectorstores.Service
+	// Sandbox runs the code_interpreter tool's code; nil: the tool answers
+	// 503 sandbox_unavailable.
+	Sandbox *containers.Client
 }
 
 // Service is the Responses API.
@@ -81,9 +85,26 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	var results []vectorstores.Result
 	searched := false
+	var code *codeTool
+	for i, t := range req.Tools {
+		if t.Type == "code_interpreter" {
+			if code != nil {
+				contracts.Write(w, contracts.ErrBadRequest("tools", contracts.CodeInvalidRequest, "Give at most one code_interpreter tool."))
+				return
+			}
+			var e *contracts.Error
+			if code, e = parseCodeTool(i, t.Container); e != nil {
+				contracts.Write(w, e)
+				return
+			}
+		}
+	}
 	for _, t := range req.Tools {
+		if t.Type == "code_interpreter" {
+			continue
+		}
 		if t.Type != "file_search" {
-			contracts.Write(w, contracts.ErrBadRequest("tools", contracts.CodeInvalidRequest, fmt.Sprintf("Tool type %q is not supported here; use file_search.", t.Type)))
+			contracts.Write(w, contracts.ErrBadRequest("tools", contracts.CodeInvalidRequest, fmt.Sprintf("Tool type %q is not supported here; use file_search or code_interpreter.", t.Type)))
 			return
 		}
 		if len(t.VectorStoreIDs) == 0 {
@@ -169,6 +190,10 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	rw := &renderer{model: req.Model, id: "resp_" + events.NewID()[:24], created: start.Unix(),
 		results: results, searched: searched, includeResults: includeResults, query: question}
+	if code != nil {
+		s.runCode(w, r, key, &req, chat, segs, rw, code, start)
+		return
+	}
 	s.d.Inference.Generate(w, r, inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
 		Request: p, Body: chatBody, Start: start, Segments: segs}, rw)
 }

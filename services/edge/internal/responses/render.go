@@ -143,6 +143,13 @@ func (rw *renderer) Chunk(w http.ResponseWriter, p []byte, first bool) error {
 }
 
 func (rw *renderer) open(w http.ResponseWriter) {
+	rw.openPreamble(w)
+	rw.openMessage(w)
+}
+
+// openPreamble starts the stream: the response created, in progress, and
+// the file search call when there was one.
+func (rw *renderer) openPreamble(w http.ResponseWriter) {
 	inference.StartSSE(w)
 	rw.emit(w, "response.created", map[string]any{"response": rw.response("in_progress", []map[string]any{}, nil)})
 	rw.emit(w, "response.in_progress", map[string]any{"response": rw.response("in_progress", []map[string]any{}, nil)})
@@ -157,6 +164,10 @@ func (rw *renderer) open(w http.ResponseWriter) {
 		rw.output = append(rw.output, call)
 		rw.idx++
 	}
+}
+
+// openMessage opens the answer's message item.
+func (rw *renderer) openMessage(w http.ResponseWriter) {
 	rw.emit(w, "response.output_item.added", map[string]any{"output_index": rw.idx, "item": map[string]any{"type": "message", "id": rw.msgID(), "status": "in_progress", "role": "assistant", "content": []any{}}})
 	rw.emit(w, "response.content_part.added", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
 }

@@ -1,6 +1,7 @@
 // Package responses serves POST /v1/responses: retrieval over the tenant's
 // vector stores with the file_search tool, prompt assembly with numbered
-// sources, and generation through the one inference path (admitted,
+// sources, code runs in agent sandboxes with the code_interpreter tool
+// (codeinterp.go), and generation through the one inference path (admitted,
 // limited, metered, traced, ended on key revocation and shutdown), answered
 // in the Responses API's shape with file_citation annotations. Beyond
 // OpenAI, citations and search results carry the pages their text came
@@ -29,6 +30,8 @@ type responsesRequest struct {
 		RankingOptions *struct {
 			ScoreThreshold *float64 `json:"score_threshold"`
 		} `json:"ranking_options"`
+		// Container is code_interpreter's: an id or {"type": "auto"}.
+		Container json.RawMessage `json:"container"`
 	} `json:"tools"`
 }
 
