@@ -36,6 +36,10 @@ PROXY_SOCK = "/opt/egress/proxy.sock"
 PROXY_PORT = 3128
 
 threading.stack_size(512 << 10)
+for arg in sys.argv[1:]:
+    if arg.startswith("--nproc="):
+        n = int(arg[len("--nproc=") :])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
 proto_out_fd = os.dup(1)
 out_lock = threading.Lock()

@@ -25,7 +25,8 @@ import (
 // privileges, an environment of PATH, HOME and LANG (plus the proxy
 // variables of an allow-list sandbox), rlimits on address space (about
 // three quarters of the memory limit, so that an allocation fails cleanly
-// before the cgroup kills the sandbox), processes (Pids) and core dumps.
+// before the cgroup kills the sandbox), open files and core dumps; the
+// agent sets RLIMIT_NPROC (Pids) itself.
 
 const (
 	agentDir   = "/opt/agent"
@@ -158,13 +159,15 @@ func (r *Runtime) writeBundle(dir, id string, spec Spec, egress string) error {
 		OCIVersion: "1.0.0",
 		Process: ociProcess{
 			User:            ociUser{UID: 1000, GID: 1000},
-			Args:            []string{c.Python, "-I", "-S", agentDir + "/agent.py"},
+			// RLIMIT_NPROC is set by the agent inside gVisor: in the spec,
+			// runsc would also apply it to its own host processes under
+			// ptrace, and the sandbox would crash instead of fork failing.
+			Args: []string{c.Python, "-I", "-S", agentDir + "/agent.py", fmt.Sprintf("--nproc=%d", c.Pids)},
 			Env:             env,
 			Cwd:             sandbox.DataDir,
 			NoNewPrivileges: true,
 			Rlimits: []ociRlimit{
 				{Type: "RLIMIT_AS", Hard: as, Soft: as},
-				{Type: "RLIMIT_NPROC", Hard: uint64(c.Pids), Soft: uint64(c.Pids)},
 				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 				{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096},
 			},
@@ -179,8 +182,9 @@ func (r *Runtime) writeBundle(dir, id string, spec Spec, egress string) error {
 	}
 	s.Linux.Resources.Memory.Limit = spec.MemoryBytes
 	// The host pids limit only backs up RLIMIT_NPROC inside: gVisor's own
-	// threads count against it, and reaching it kills the sandbox.
-	s.Linux.Resources.Pids.Limit = int64(2*c.Pids + 256)
+	// threads count against it (under ptrace several host threads per task),
+	// and reaching it kills the sandbox.
+	s.Linux.Resources.Pids.Limit = int64(8*c.Pids + 512)
 	s.Linux.Resources.CPU.Period = 100000
 	s.Linux.Resources.CPU.Quota = int64(c.CPUs * 100000)
 	b, err := json.MarshalIndent(s, "", "  ")

@@ -199,7 +199,7 @@ func (s *Sandbox) wait() {
 	}
 	s.mu.Unlock()
 	if s.ended.Load() == endNone {
-		s.rt.log.Info("sandbox ended by itself", "sandbox", s.id, "labels", s.labels, "err", err)
+		s.rt.log.Info("sandbox ended by itself", "sandbox", s.id, "labels", s.labels, "err", err, "runsc", s.stderr.String())
 	}
 }
 
