@@ -158,11 +158,11 @@ func (r *Runtime) writeBundle(dir, id string, spec Spec, egress string) error {
 	s := ociSpec{
 		OCIVersion: "1.0.0",
 		Process: ociProcess{
-			User:            ociUser{UID: 1000, GID: 1000},
+			User: ociUser{UID: 1000, GID: 1000},
 			// RLIMIT_NPROC is set by the agent inside gVisor: in the spec,
 			// runsc would also apply it to its own host processes under
 			// ptrace, and the sandbox would crash instead of fork failing.
-			Args: []string{c.Python, "-I", "-S", agentDir + "/agent.py", fmt.Sprintf("--nproc=%d", c.Pids)},
+			Args:            []string{c.Python, "-I", "-S", agentDir + "/agent.py", fmt.Sprintf("--nproc=%d", c.Pids)},
 			Env:             env,
 			Cwd:             sandbox.DataDir,
 			NoNewPrivileges: true,

@@ -193,8 +193,9 @@ func (p *Pool) drain() {
 }
 
 // Get hands over a sandbox for spec: a warm one of its class when one is
-// ready (warm true), else a cold Start (*Error CodeSandboxCapacity when
-// MaxSandboxes are live).
+// ready (warm true), else a cold Start, closing a warm sandbox of another
+// class when the cap needs the room (*Error CodeSandboxCapacity when
+// MaxSandboxes are live and none is warm).
 func (p *Pool) Get(ctx context.Context, spec Spec) (sb *Sandbox, warm bool, err error) {
 	if spec.MemoryBytes == 0 {
 		spec.MemoryBytes = 1 << 30
@@ -220,10 +221,26 @@ func (p *Pool) Get(ctx context.Context, spec Spec) (sb *Sandbox, warm bool, err 
 		}
 		p.Release(sb) // died while warm
 	}
-	// cold: p.mu is held
+	// cold: p.mu is held. At the cap, a warm sandbox of another class is
+	// spare capacity: it makes room.
+	var evict *Sandbox
+	if p.live >= p.cfg.MaxSandboxes {
+		for oc, l := range p.warm {
+			if len(l) > 0 {
+				evict = l[len(l)-1]
+				p.warm[oc] = l[:len(l)-1]
+				delete(p.mine, evict)
+				p.live--
+				break
+			}
+		}
+	}
 	if p.live >= p.cfg.MaxSandboxes {
 		p.mu.Unlock()
 		return nil, false, &Error{Code: sandbox.CodeSandboxCapacity, Message: fmt.Sprintf("this replica runs %d sandboxes, its maximum", p.cfg.MaxSandboxes)}
+	}
+	if evict != nil {
+		go evict.Close()
 	}
 	p.live++
 	p.stats.ColdStarts++
