@@ -39,7 +39,7 @@ func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 	}
 	cfg := Config{StateDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
-		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -222,6 +222,7 @@ func (r *Runtime) removeStale() {
 			if !validID(id) {
 				continue
 			}
+			_, _ = r.runscCmd(context.Background(), "kill", id, "KILL")
 			if b, err := r.runscCmd(context.Background(), "delete", "-force", id); err != nil {
 				r.log.Warn("sandbox runtime: removing a stale sandbox", "sandbox", id, "err", err, "out", string(b))
 			} else {

@@ -278,12 +278,13 @@ func (s *Sandbox) kill(why int32) {
 		return
 	default:
 	}
-	if out, err := s.rt.runscCmd(context.Background(), "kill", s.id, "KILL"); err != nil {
-		s.rt.log.Warn("runsc kill", "sandbox", s.id, "err", err, "out", string(out))
+	grace := 5 * time.Second
+	if _, err := s.rt.runscCmd(context.Background(), "kill", s.id, "KILL"); err != nil {
+		grace = 0 // not created yet, or gone: runsc run is all there is
 	}
 	select {
 	case <-s.dead:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		// runsc run did not notice: end it, and the container.
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.dead
