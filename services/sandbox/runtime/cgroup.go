@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // cgroupStats reads a sandbox's host cgroup (runsc creates it at
@@ -88,4 +89,34 @@ func (c cgroupStats) cpuNanos() int64 {
 		}
 	}
 	return 0
+}
+
+// removeCgroups removes what is left of a sandbox's host cgroups: runsc
+// removes them when it ends normally, not when the sandbox was OOM-killed.
+// Only empty cgroups can be removed, so this never touches a live one; the
+// last gVisor processes may take a moment to leave, hence a few tries in
+// the background.
+func removeCgroups(id string) {
+	try := func() bool {
+		dirs, _ := filepath.Glob(filepath.Join(cgroupFS, "*", cgroupRoot, id))
+		dirs = append(dirs, filepath.Join(cgroupFS, cgroupRoot, id))
+		left := false
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+				left = true
+			}
+		}
+		return !left
+	}
+	if try() {
+		return
+	}
+	go func() {
+		for range 25 {
+			time.Sleep(200 * time.Millisecond)
+			if try() {
+				return
+			}
+		}
+	}()
 }

@@ -228,6 +228,7 @@ func (r *Runtime) removeStale() {
 			} else {
 				r.log.Info("sandbox runtime: removed a stale sandbox", "sandbox", id)
 			}
+			removeCgroups(id)
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(r.cfg.StateDir, "sandboxes"))

@@ -562,6 +562,7 @@ func (s *Sandbox) Close() error {
 			s.egress.close()
 		}
 		s.rt.forget(s.id)
+		removeCgroups(s.id)
 		s.closeErr = os.RemoveAll(s.dir)
 	})
 	return s.closeErr
