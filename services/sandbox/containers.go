@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,11 +187,28 @@ func (s *Service) saveQuiet(ctx context.Context, c *container) {
 // newOrderedID is prefix, the creation time in nanoseconds and random
 // bytes, in hex: ids sort in creation order, so lists order by created_at
 // then id as they were made.
-func newOrderedID(prefix string, t time.Time) string {
+func (s *Service) newOrderedID(prefix string, t time.Time) string {
+	n := t.UnixNano()
+	for {
+		last := s.idTime.Load()
+		if n <= last {
+			n = last + 1
+		}
+		if s.idTime.CompareAndSwap(last, n) {
+			break
+		}
+	}
 	var b [20]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixNano()))
+	binary.BigEndian.PutUint64(b[:8], uint64(n))
 	_, _ = rand.Read(b[8:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// containerSubjects matches every operation on container id
+// (events.SandboxContainer(id, "*") would escape the wildcard).
+func containerSubjects(id string) string {
+	const op = "op"
+	return strings.TrimSuffix(events.SandboxContainer(id, op), op) + "*"
 }
 
 // reserve takes one of the tenant's container slots on this replica.
@@ -241,7 +259,7 @@ func (s *Service) onCreate(ctx context.Context, m *nats.Msg, who caller) (any, e
 	defer cancel()
 
 	now := s.now()
-	id := newOrderedID("cntr_", now)
+	id := s.newOrderedID("cntr_", now)
 	c := &container{
 		id: id, tenant: who.tenant, keyID: who.keyID, mem: mem, created: now, lastActive: now,
 		spec: runtime.Spec{MemoryBytes: mem, Network: *req.NetworkPolicy, Labels: map[string]string{"tenant": who.tenant, "container": id}},
@@ -292,7 +310,7 @@ func (s *Service) onCreate(ctx context.Context, m *nats.Msg, who caller) (any, e
 			s.log.Warn("sandbox: record of a failed create left", "container", c.id, "err", err)
 		}
 	}
-	sub, err := s.deps.NC.Subscribe(events.SandboxContainer(c.id, "*"), func(m *nats.Msg) {
+	sub, err := s.deps.NC.Subscribe(containerSubjects(c.id), func(m *nats.Msg) {
 		op := opOf(m.Subject)
 		s.spawn(m, op, func(ctx context.Context, m *nats.Msg, who caller) (any, error) {
 			return s.onContainer(ctx, c, op, m, who)
@@ -305,7 +323,7 @@ func (s *Service) onCreate(ctx context.Context, m *nats.Msg, who caller) (any, e
 	c.sub = sub
 	// The subscription must be in place at the server before the edge
 	// learns the id and calls it.
-	if err := s.deps.NC.FlushWithContext(ctx); err != nil {
+	if err := s.deps.NC.FlushWithContext(ctx); err != nil { // ctx has createTimeout
 		undo()
 		return nil, fmt.Errorf("sandbox: flush: %w", err)
 	}
@@ -372,7 +390,7 @@ func (s *Service) writeIn(ctx context.Context, c *container, b box, p string, r 
 		return api.File{}, err
 	}
 	now := s.now()
-	return api.File{ID: newOrderedID("cfile_", now), Object: api.ObjectContainerFile, CreatedAt: now.Unix(), Bytes: size,
+	return api.File{ID: s.newOrderedID("cfile_", now), Object: api.ObjectContainerFile, CreatedAt: now.Unix(), Bytes: size,
 		ContainerID: c.id, Path: p, Source: api.SourceUser}, nil
 }
 

@@ -183,7 +183,7 @@ func (s *Service) refreshFiles(ctx context.Context, c *container, b box) []api.F
 		if len(c.files) >= maxFiles {
 			continue
 		}
-		f := api.File{ID: newOrderedID("cfile_", now), Object: api.ObjectContainerFile, CreatedAt: now.Unix(), Bytes: fi.Bytes,
+		f := api.File{ID: s.newOrderedID("cfile_", now), Object: api.ObjectContainerFile, CreatedAt: now.Unix(), Bytes: fi.Bytes,
 			ContainerID: c.id, Path: fi.Path, Source: api.SourceAssistant}
 		c.addFileLocked(f, fi.ModTime)
 		changed = append(changed, f)

@@ -45,6 +45,8 @@ type Service struct {
 
 	running atomic.Bool
 	ready   atomic.Bool
+	readyc  chan struct{}   // closed once the service answers calls
+	idTime  atomic.Int64    // the last time in an ordered id: they increase
 	base    context.Context // the handlers' context: Run's
 
 	mu         sync.Mutex
@@ -126,6 +128,7 @@ func newService(cfg Config, deps Deps, p pool) (*Service, error) {
 	s := &Service{
 		cfg: cfg, deps: deps, log: deps.Logger.With("service", "sandbox", "node", cfg.Node), now: deps.Now, pool: p,
 		containers: map[string]*container{}, perTenant: map[string]int{}, sem: make(chan struct{}, maxInFlight),
+		readyc: make(chan struct{}),
 	}
 	m, err := newMetrics(deps.Registerer, func() runtime.PoolStats { return s.pool.Stats() })
 	if err != nil {
@@ -192,10 +195,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
-	if err := s.deps.NC.FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+	if err := s.deps.NC.FlushTimeout(10 * time.Second); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("sandbox: flush: %w", err)
 	}
 	s.ready.Store(true)
+	close(s.readyc)
 	s.log.Info("sandbox: serving", "pool", poolString(s.sizes), "max_sandboxes", s.cfg.MaxSandboxes)
 
 	tick := time.NewTicker(s.cfg.SweepInterval)
