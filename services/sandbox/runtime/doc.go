@@ -13,9 +13,20 @@
 //   - The process runs as uid/gid 1000 with no capabilities, no new
 //     privileges and an environment of PATH, HOME and LANG only: nothing of
 //     the host's environment or credentials enters the sandbox.
-//   - Memory, pids and CPU are limited by the sandbox's cgroup; CPU time and
-//     address space also per exec by rlimits inside; the wall-clock timeout
-//     is enforced by the host, which kills the whole sandbox.
+//   - Memory and CPU are limited by the sandbox's host cgroup (runsc creates
+//     it at /aiforge-sandbox/<id>; going over memory gets the sandbox
+//     OOM-killed, reported as CodeMemoryLimit). Inside, RLIMIT_AS (3/4 of
+//     the memory limit) usually turns a memory bomb into a clean
+//     MemoryError first; RLIMIT_NPROC (Config.Pids, set by the agent inside
+//     gVisor) makes a fork bomb fail with EAGAIN while the sandbox keeps
+//     answering (the host pids limit is only a loose backstop: reaching it
+//     crashes the sandbox, never the host); RLIMIT_CPU per exec (9/10 of the
+//     exec's timeout) ends a busy loop with CodeCPULimit and keeps the
+//     sandbox's state; the wall-clock timeout is enforced by the host, which
+//     kills the whole sandbox (CodeExecTimeout).
+//   - Output goes to pipes drained by the agent and is capped on both sides
+//     (MaxOutputBytes per stream, the rest read and discarded), so neither
+//     the sandbox's disk nor the host's memory fills.
 //   - The network is --network=none: only the sandbox's own loopback. An
 //     allow-list sandbox reaches the outside only through a host-side HTTP
 //     proxy that checks the name against the allow-list and refuses every

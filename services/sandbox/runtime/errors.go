@@ -13,5 +13,3 @@ func (e *Error) Error() string { return "sandbox runtime: " + e.Code + ": " + e.
 
 // ErrUnavailable is wrapped by New's error when runsc cannot run here.
 var ErrUnavailable = errors.New("sandbox runtime unavailable")
-
-var errNotImplemented = errors.New("not implemented yet")
