@@ -242,3 +242,23 @@ func TestRunscStreamTimeoutAndExpiry(t *testing.T) {
 		t.Fatalf("exec after expiry: %v", err)
 	}
 }
+
+func TestRunscCapacityAndMemory(t *testing.T) {
+	e := realEnv(t, Config{Pool: "none", MaxSandboxes: 2})
+	a := e.create(tenantA, api.CreateRequest{})
+	e.create(tenantB, api.CreateRequest{})
+	e.fails(events.SandboxRequest(api.OpCreate), tenantA, nil, 429, api.CodeSandboxCapacity)
+
+	// A memory bomb is contained; the container keeps serving.
+	r := e.exec(tenantA, a.ID, api.ExecRequest{Language: "python", Code: "blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))", TimeoutMS: 20_000})
+	if r.Error == nil && !strings.Contains(r.Stderr, "MemoryError") {
+		t.Fatalf("memory bomb not contained: %+v", r)
+	}
+	t.Logf("memory bomb: error %+v, exit %d, stderr tail %q", r.Error, r.ExitCode, r.Stderr[max(0, len(r.Stderr)-120):])
+	r = e.exec(tenantA, a.ID, api.ExecRequest{Language: "python", Code: "print('still serving')"})
+	if r.Error != nil || strings.TrimSpace(r.Stdout) != "still serving" {
+		t.Fatalf("after the memory bomb %+v", r)
+	}
+	e.ok(events.SandboxContainer(a.ID, api.OpDelete), tenantA, nil, nil)
+	e.create(tenantA, api.CreateRequest{}) // its slot is free again
+}

@@ -528,3 +528,14 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("defaults %+v", d)
 	}
 }
+
+func TestRuntimeUnavailable(t *testing.T) {
+	e := newBus(t)
+	e.start(Config{Runsc: "/nonexistent/runsc"}, nil)
+	eb := e.fails(events.SandboxRequest(api.OpCreate), tenantA, nil, 503, api.CodeSandboxUnavailable)
+	if !strings.Contains(eb.Message, "unavailable") {
+		t.Fatalf("message %q", eb.Message)
+	}
+	var l api.List[api.Container]
+	e.ok(events.SandboxRequest(api.OpList), tenantA, nil, &l) // the rest still answers
+}
