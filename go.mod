@@ -6,6 +6,8 @@ replace github.com/aiforge/aiforge/pkg => ./pkg
 
 replace github.com/aiforge/aiforge/services/batch => ./services/batch
 
+replace github.com/aiforge/aiforge/services/sandbox => ./services/sandbox
+
 replace github.com/aiforge/aiforge/services/edge => ./services/edge
 
 replace github.com/aiforge/aiforge/services/worker => ./services/worker
@@ -13,6 +15,7 @@ replace github.com/aiforge/aiforge/services/worker => ./services/worker
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
 	github.com/aiforge/aiforge/services/batch v0.0.0
+	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/edge v0.0.0
 	github.com/aiforge/aiforge/services/worker v0.0.0
 	github.com/go-pdf/fpdf v0.9.0

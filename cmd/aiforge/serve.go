@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/batch"
 	"github.com/aiforge/aiforge/services/guardian"
+	sandboxsvc "github.com/aiforge/aiforge/services/sandbox"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 )
@@ -46,6 +48,9 @@ type serveFlags struct {
 	hubHosts                      []string
 	index                         vectorIndexFlags
 	batch                         batchFlags
+	// sandbox is the sandbox service's configuration, filled by its own
+	// flags (sandboxsvc.Config.RegisterFlags: --sandbox-...).
+	sandbox sandboxsvc.Config
 }
 
 // batchFlags tune the batch service.
@@ -80,6 +85,9 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	f.index.add(c)
 	f.batch.add(c)
+	gofs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
+	f.sandbox.RegisterFlags(gofs)
+	c.Flags().AddGoFlagSet(gofs)
 	if embedded {
 		c.Flags().StringVar(&f.dataDir, "data-dir", env("AIFORGE_DATA_DIR", "./aiforge-data"), "directory for the embedded JetStream store, the admin key, objects and served model files (made absolute at start)")
 		c.Flags().StringVar(&f.natsListen, "nats-listen", env("AIFORGE_NATS_LISTEN", ""), "also expose the embedded NATS on this address (e.g. 127.0.0.1:4222) for \"aiforge run\" sidecars; clients authenticate with the nkeys in --nats-creds-dir")
@@ -149,6 +157,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Batch.Window = f.batch.window
 	o.Batch.AckWait = f.batch.ackWait
 	o.Batch.DefaultCapacity = f.batch.capacity
+	o.Sandbox = f.sandbox
 	o.Guardian.HubURL = f.hubURL
 	o.Guardian.HubRedirectHosts = f.hubHosts
 	// The hub token comes from the environment only, never a flag (flags

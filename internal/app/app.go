@@ -43,6 +43,7 @@ import (
 	"github.com/aiforge/aiforge/services/retriever/index"
 	"github.com/aiforge/aiforge/services/retriever/index/embedded"
 	"github.com/aiforge/aiforge/services/retriever/index/qdrant"
+	sandboxsvc "github.com/aiforge/aiforge/services/sandbox"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
 	"github.com/aiforge/aiforge/services/worker/supervisor"
@@ -100,6 +101,9 @@ type Options struct {
 	// Batch tunes the batch service (completion window, line ack wait,
 	// default capacity).
 	Batch batchsvc.Config
+	// Sandbox tunes the sandbox service (runsc, the warm pool, limits).
+	// Node defaults to the host name and StateDir to DataDir/sandbox.
+	Sandbox sandboxsvc.Config
 	// Worker is the engine binding for the "worker" target.
 	Worker worker.Config
 	// Guardian configures the model scanner and hub mirror (its HubToken
@@ -162,7 +166,7 @@ type module struct {
 }
 
 // The services the edge routes requests and queries to.
-var routedBehindEdge = []string{"usage", "retriever", "embedder", "ingest", "guardian", "workers", "worker", "batch"}
+var routedBehindEdge = []string{"usage", "retriever", "embedder", "ingest", "guardian", "workers", "worker", "batch", "sandbox"}
 
 // modules is the table of everything a process can set up and what each
 // needs. "bus" is the NATS connection (the embedded server, or an external
@@ -182,12 +186,13 @@ var modules = map[string]module{
 	"retriever": {deps: []string{"bus", "objects"}, service: true, build: (*App).buildRetriever},
 	"guardian":  {deps: []string{"bus", "objects"}, service: true, build: (*App).buildGuardian},
 	"batch":     {deps: []string{"bus", "objects"}, service: true, build: (*App).buildBatch},
+	"sandbox":   {deps: []string{"bus", "objects"}, service: true, build: (*App).buildSandbox},
 }
 
 // groups name sets of modules; "all" is what `aiforge up` runs. The start
 // order comes from the table (deps, then after), not from a group.
 var groups = map[string][]string{
-	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "batch", "edge"},
+	"all": {"usage", "retriever", "embedder", "ingest", "guardian", "workers", "batch", "sandbox", "edge"},
 }
 
 // Targets lists what `aiforge run` accepts.
@@ -909,6 +914,39 @@ func (a *App) buildBatch() (func(context.Context) error, func() bool, error) {
 		return nil, nil, err
 	}
 	s, err := batchsvc.New(a.opts.Batch, batchsvc.Deps{NC: nc, JS: js, Objects: objects, SecretsKey: priv, Logger: a.log, Registerer: a.Registry})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Run, s.Ready, nil
+}
+
+// buildSandbox runs the sandbox service: agent code containers in gVisor.
+// Without runsc it still runs and answers creates 503 sandbox_unavailable,
+// so `aiforge up` works on a machine without gVisor.
+func (a *App) buildSandbox() (func(context.Context) error, func() bool, error) {
+	nc, js, err := a.bus("sandbox")
+	if err != nil {
+		return nil, nil, err
+	}
+	objects, err := a.requireObjects()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := a.opts.Sandbox
+	if cfg.Node == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "sandbox"
+		}
+		cfg.Node = events.Token(host)
+	}
+	if cfg.StateDir == "" {
+		if a.opts.DataDir == "" {
+			return nil, nil, errors.New("sandbox: a data dir or --sandbox-state-dir is required")
+		}
+		cfg.StateDir = filepath.Join(a.opts.DataDir, "sandbox")
+	}
+	s, err := sandboxsvc.New(cfg, sandboxsvc.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log, Registerer: a.Registry})
 	if err != nil {
 		return nil, nil, err
 	}
