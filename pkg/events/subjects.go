@@ -212,6 +212,10 @@ func SandboxContainer(id, op string) string {
 	return "aiforge.sandbox.v1.c." + Token(id) + "." + Token(op)
 }
 
+// SandboxContainerAll matches every operation on one container: what the
+// replica running it subscribes to.
+func SandboxContainerAll(id string) string { return "aiforge.sandbox.v1.c." + Token(id) + ".*" }
+
 // SandboxReplies is where a streamed exec's chunks go: a namespace under
 // the caller's inbox prefix that sandbox replicas may publish to (see
 // BridgeReplies for why a grant and not allow_responses).

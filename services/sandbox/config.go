@@ -56,6 +56,13 @@ type Config struct {
 	Runsc string
 	// Platform is runsc's --platform; default ptrace.
 	Platform string
+	// HostUsr is the directory bind-mounted read-only as every sandbox's
+	// /usr (the Python and Bash the code runs); default /usr. A service in
+	// a container gives the host's /usr mounted elsewhere.
+	HostUsr string
+	// Python is the interpreter inside the sandbox; default
+	// /usr/bin/python3.
+	Python string
 	// Pool is the warm pool: comma-separated "<memory_limit>[/allowlist]=<n>"
 	// (for example "1g=2,4g=1,1g/allowlist=1"); default "1g=2". "none"
 	// keeps no warm sandbox.
@@ -96,6 +103,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Node, "sandbox-node", c.Node, "sandbox: this replica's stable name (pod or host name), written in its containers' records; required")
 	fs.StringVar(&c.StateDir, "sandbox-state-dir", c.StateDir, "sandbox: directory of runsc's state and the sandboxes' bundles; required")
 	fs.StringVar(&c.Runsc, "sandbox-runsc", c.Runsc, "sandbox: the runsc binary (default runsc from PATH)")
+	fs.StringVar(&c.HostUsr, "sandbox-host-usr", c.HostUsr, "sandbox: directory bind-mounted read-only as each sandbox's /usr, with the Python and Bash the code runs (default /usr)")
+	fs.StringVar(&c.Python, "sandbox-python", c.Python, "sandbox: the Python interpreter inside the sandbox (default /usr/bin/python3)")
 	fs.StringVar(&c.Platform, "sandbox-platform", c.Platform, "sandbox: runsc --platform: ptrace (default), systrap or kvm")
 	fs.StringVar(&c.Pool, "sandbox-pool", c.Pool, `sandbox: warm sandboxes kept per class, "<memory_limit>[/allowlist]=<n>,..." (default "1g=2"; "none" for no warm pool)`)
 	fs.IntVar(&c.MaxSandboxes, "sandbox-max-sandboxes", c.MaxSandboxes, "sandbox: sandboxes this replica may run, warm ones included (default 32)")

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -204,13 +203,6 @@ func (s *Service) newOrderedID(prefix string, t time.Time) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// containerSubjects matches every operation on container id
-// (events.SandboxContainer(id, "*") would escape the wildcard).
-func containerSubjects(id string) string {
-	const op = "op"
-	return strings.TrimSuffix(events.SandboxContainer(id, op), op) + "*"
-}
-
 // reserve takes one of the tenant's container slots on this replica.
 func (s *Service) reserve(tenant string) error {
 	s.mu.Lock()
@@ -310,7 +302,7 @@ func (s *Service) onCreate(ctx context.Context, m *nats.Msg, who caller) (any, e
 			s.log.Warn("sandbox: record of a failed create left", "container", c.id, "err", err)
 		}
 	}
-	sub, err := s.deps.NC.Subscribe(containerSubjects(c.id), func(m *nats.Msg) {
+	sub, err := s.deps.NC.Subscribe(events.SandboxContainerAll(c.id), func(m *nats.Msg) {
 		op := opOf(m.Subject)
 		s.spawn(m, op, func(ctx context.Context, m *nats.Msg, who caller) (any, error) {
 			return s.onContainer(ctx, c, op, m, who)

@@ -81,7 +81,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if rt == nil {
 		r, err := runtime.New(runtime.Config{
 			Runsc: cfg.Runsc, Platform: cfg.Platform, StateDir: cfg.StateDir, CPUs: cfg.CPUs, Pids: cfg.Pids,
-			DiskBytes: cfg.DiskBytes, MaxOutputBytes: cfg.MaxOutputBytes, Log: log,
+			DiskBytes: cfg.DiskBytes, MaxOutputBytes: cfg.MaxOutputBytes, HostUsr: cfg.HostUsr, Python: cfg.Python, Log: log,
 		})
 		switch {
 		case errors.Is(err, runtime.ErrUnavailable):
