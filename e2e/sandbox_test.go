@@ -80,8 +80,12 @@ func (c *sbxClient) create(body map[string]any) sandbox.Container {
 	if err := json.Unmarshal(b, &ct); err != nil {
 		c.t.Fatal(err)
 	}
+	c.t.Cleanup(func() { c.do("DELETE", "/v1/containers/"+ct.ID, nil) })
 	return ct
 }
+
+// in is the client for subtest t.
+func (c *sbxClient) in(t *testing.T) *sbxClient { return &sbxClient{t: t, s: c.s, key: c.key} }
 
 func (c *sbxClient) exec(id, lang, code string, timeoutMS int64) sandbox.ExecResult {
 	c.t.Helper()
@@ -121,7 +125,6 @@ func (c *sbxClient) stillServes(what string) {
 	if r.Stdout != "2\n" || r.ExitCode != 0 {
 		c.t.Fatalf("after %s a fresh container answered %+v", what, r)
 	}
-	c.do("DELETE", "/v1/containers/"+ct.ID, nil)
 }
 
 // TestSandboxHostileSuite runs what a hostile tenant would try, each in
@@ -149,16 +152,35 @@ func TestSandboxHostileSuite(t *testing.T) {
 	webPort := web.Listener.Addr().(*net.TCPAddr).Port
 
 	t.Run("fork bomb", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "fork bomb"})
-		r := a.exec(ct.ID, "bash", `bomb() { bomb | bomb & }; bomb; sleep 5`, 5_000)
+		// Tenant B's container, made before the bomb goes off, answers
+		// while it runs.
+		b := b.in(t)
+		bct := b.create(map[string]any{"name": "neighbour"})
+		bombed := make(chan sandbox.ExecResult, 1)
+		go func() {
+			_, body := a.do("POST", "/v1/containers/"+ct.ID+"/exec", map[string]any{"language": "bash", "code": `bomb() { bomb | bomb & }; bomb; sleep 5`, "timeout_ms": 5_000})
+			var r sandbox.ExecResult
+			_ = json.Unmarshal(body, &r)
+			bombed <- r
+		}()
+		if r := b.exec(bct.ID, "python", "print(sum(range(10)))", 30_000); r.Stdout != "45\n" {
+			t.Fatalf("tenant B's exec during A's fork bomb: %+v", r)
+		}
+		r := <-bombed
 		if r.ExitCode == 0 && r.Error == nil {
 			t.Fatalf("a fork bomb exited cleanly: %+v", r)
+		}
+		if r.Error != nil && r.Error.Code == sandbox.CodeSandboxCrashed {
+			t.Fatalf("a fork bomb crashed the sandbox without a named reason: %+v", r.Error)
 		}
 		t.Logf("fork bomb: exit %d error %+v stderr %.200q", r.ExitCode, r.Error, r.Stderr)
 		a.stillServes("a fork bomb")
 	})
 
 	t.Run("memory bomb", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "memory bomb", "memory_limit": "1g"})
 		r := a.exec(ct.ID, "python", "blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))\n", 60_000)
 		memErr := r.Error != nil && r.Error.Code == sandbox.CodeMemoryLimit
@@ -170,6 +192,7 @@ func TestSandboxHostileSuite(t *testing.T) {
 	})
 
 	t.Run("disk fill", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "disk fill"})
 		r := a.exec(ct.ID, "bash", `dd if=/dev/zero of=/mnt/data/fill bs=1M count=100000 2>&1; echo "dd exited $?"; dd if=/dev/zero of=/tmp/fill bs=1M count=100000 2>&1 | tail -1`, 60_000)
 		if !strings.Contains(r.Stdout, "No space left on device") {
@@ -184,6 +207,7 @@ func TestSandboxHostileSuite(t *testing.T) {
 	})
 
 	t.Run("infinite loop", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "loop"})
 		r := a.exec(ct.ID, "python", "while True:\n    pass\n", 1_000)
 		if r.Error == nil || (r.Error.Code != sandbox.CodeExecTimeout && r.Error.Code != sandbox.CodeCPULimit) {
@@ -201,6 +225,7 @@ func TestSandboxHostileSuite(t *testing.T) {
 	})
 
 	t.Run("environment", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "environ"})
 		r := a.exec(ct.ID, "python", `for p in ("/proc/self/environ", "/proc/1/environ"):
     try:
@@ -219,6 +244,7 @@ func TestSandboxHostileSuite(t *testing.T) {
 	})
 
 	t.Run("network", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "network"})
 		for _, target := range []string{"169.254.169.254:80", fmt.Sprintf("127.0.0.1:%d", webPort), fmt.Sprintf("127.0.0.1:%d", natsPort), "10.0.0.1:4222"} {
 			host, port, _ := strings.Cut(target, ":")
@@ -245,6 +271,7 @@ except OSError as e:
 	})
 
 	t.Run("file name tricks", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "paths"})
 		for _, name := range []string{"../../etc/passwd", "/etc/passwd", "a/../../b", "/mnt/data/../../etc/shadow", "..", "/mnt/data"} {
 			st, body := uploadContainerFile(t, s.url, keyA, ct.ID, name, []byte("pwned"))
@@ -279,6 +306,7 @@ except OSError as e:
 	})
 
 	t.Run("a gigabyte of stdout", func(t *testing.T) {
+		a := a.in(t)
 		ct := a.create(map[string]any{"name": "flood"})
 		r := a.exec(ct.ID, "python", "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, b)\n", 120_000)
 		if !r.StdoutTruncated || int64(len(r.Stdout)) > 8<<20 {
@@ -289,6 +317,7 @@ except OSError as e:
 	})
 
 	t.Run("tenants", func(t *testing.T) {
+		a, b := a.in(t), b.in(t)
 		ct := a.create(map[string]any{"name": "private"})
 		st, body := uploadContainerFile(t, s.url, keyA, ct.ID, "secret.txt", []byte("tenant A's secret"))
 		if st != http.StatusOK {

@@ -123,6 +123,9 @@ const (
 	// CodeMemoryLimit: the code went over the container's memory limit
 	// and the sandbox was killed and replaced.
 	CodeMemoryLimit = "memory_limit_exceeded"
+	// CodePidsLimit: the code started more processes and threads than the
+	// sandbox may run (a fork bomb); the sandbox was stopped and replaced.
+	CodePidsLimit = "pids_limit_exceeded"
 	// CodeSandboxBusy: another exec is running in the container.
 	CodeSandboxBusy = "sandbox_busy"
 	// CodeSandboxCapacity: this replica runs as many sandboxes as it may.

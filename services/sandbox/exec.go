@@ -20,8 +20,9 @@ import (
 // itself).
 const execGrace = 30 * time.Second
 
-// lostMessage ends the error message of an exec whose sandbox died.
-const lostMessage = " The sandbox was stopped; the next call on this container gets a fresh sandbox: the container's files and interpreter state are lost."
+// lostMessage ends the error message of an exec whose sandbox died (the
+// runtime's message says how it died).
+const lostMessage = "; the next call on this container gets a fresh sandbox: the container's files and interpreter state are lost."
 
 // onExec runs an exec; a streamed one (header api.HdrStream) also gets
 // its chunks and its end (EventDone with the result, or EventError with

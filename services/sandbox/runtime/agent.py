@@ -293,6 +293,17 @@ bash = Bash()
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
 
+def print_user_traceback(e):
+    """Prints e's traceback without the agent's own frames: the code's
+    frames start at "<exec>"."""
+    import traceback
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<exec>":
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
 def run_python(code, cpu):
     used = int(sum(resource.getrusage(resource.RUSAGE_SELF)[:2])) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (used + cpu, resource.RLIM_INFINITY))
@@ -312,16 +323,12 @@ def run_python(code, cpu):
         else:
             rc = 1
             sys.stderr.write(str(e.code) + "\n")
-    except MemoryError:
+    except MemoryError as e:
         rc, error = 1, "memory"
-        import traceback
-
-        traceback.print_exc()
-    except BaseException:
+        print_user_traceback(e)
+    except BaseException as e:
         rc = 1
-        import traceback
-
-        traceback.print_exc()
+        print_user_traceback(e)
     finally:
         resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     return rc, error

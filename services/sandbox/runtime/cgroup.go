@@ -13,8 +13,8 @@ import (
 // (memory, cpuacct controllers) or v2 (unified). Every read is best effort:
 // 0 when the file is missing.
 type cgroupStats struct {
-	v1Memory, v1CPU string // v1 directories, or ""
-	v2              string // v2 directory, or ""
+	v1Memory, v1CPU, v1Pids string // v1 directories, or ""
+	v2                      string // v2 directory, or ""
 }
 
 const cgroupFS = "/sys/fs/cgroup"
@@ -22,7 +22,8 @@ const cgroupFS = "/sys/fs/cgroup"
 func newCgroupStats(id string) cgroupStats {
 	rel := filepath.Join(cgroupRoot, id)
 	if _, err := os.Stat(filepath.Join(cgroupFS, "memory")); err == nil {
-		return cgroupStats{v1Memory: filepath.Join(cgroupFS, "memory", rel), v1CPU: filepath.Join(cgroupFS, "cpuacct", rel)}
+		return cgroupStats{v1Memory: filepath.Join(cgroupFS, "memory", rel), v1CPU: filepath.Join(cgroupFS, "cpuacct", rel),
+			v1Pids: filepath.Join(cgroupFS, "pids", rel)}
 	}
 	return cgroupStats{v2: filepath.Join(cgroupFS, rel)}
 }
@@ -70,6 +71,28 @@ func (c cgroupStats) memoryFailures() int64 {
 		}
 	}
 	return n
+}
+
+// pidsLimitHits counts the host tasks refused because the sandbox's pids
+// limit was reached ("max" in pids.events, v1 and v2): gVisor's own
+// threads count there, so a process flood that gets past RLIMIT_NPROC
+// inside ends the sandbox here.
+func (c cgroupStats) pidsLimitHits() int64 {
+	dir := c.v2
+	if c.v1Pids != "" {
+		dir = c.v1Pids
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pids.events"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "max" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 // cpuNanos is the CPU time used by the whole sandbox (gVisor included),

@@ -471,7 +471,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest, out func(sa
 func (s *Sandbox) ended2(res *Result, finish func() (Result, error)) (Result, error) {
 	<-s.dead
 	res.ExitCode = -1
-	peak, fails := s.cg.memoryPeak(), s.cg.memoryFailures()
+	peak, fails, pids := s.cg.memoryPeak(), s.cg.memoryFailures(), s.cg.pidsLimitHits()
 	switch {
 	case s.ended.Load() == endTimeout:
 		res.Error = &sandbox.ExecError{Code: sandbox.CodeExecTimeout, Message: "the code ran past its timeout; the sandbox was killed"}
@@ -479,6 +479,8 @@ func (s *Sandbox) ended2(res *Result, finish func() (Result, error)) (Result, er
 		// Nobody here killed it: the kernel's OOM killer did, on the
 		// sandbox's memory cgroup.
 		res.Error = &sandbox.ExecError{Code: sandbox.CodeMemoryLimit, Message: "the code went over the memory limit; the sandbox was killed"}
+	case pids > 0:
+		res.Error = &sandbox.ExecError{Code: sandbox.CodePidsLimit, Message: "the code started more processes and threads than the sandbox allows; the sandbox was stopped"}
 	default:
 		res.Error = &sandbox.ExecError{Code: sandbox.CodeSandboxCrashed, Message: "the sandbox ended during the exec"}
 	}
