@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 
 	"github.com/aiforge/aiforge/pkg/sandbox"
 )
@@ -135,13 +136,24 @@ func (r *Runtime) prepareShared() error {
 	if err := os.Chmod(agent, 0o755); err != nil {
 		return err
 	}
+	if goruntime.GOARCH == "amd64" {
+		if err := os.WriteFile(filepath.Join(agent, statxShimName), statxShim, 0o644); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(agent, "agent.py"), agentScript, 0o644)
 }
+
+// statxShimName is the statx shim's file in the agent directory.
+const statxShimName = "statx.so"
 
 // writeBundle writes the sandbox's config.json into dir.
 func (r *Runtime) writeBundle(dir, id string, spec Spec, egress string) error {
 	c := r.cfg
 	env := []string{"PATH=/usr/bin:/bin", "HOME=" + sandbox.DataDir, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"}
+	if goruntime.GOARCH == "amd64" {
+		env = append(env, "LD_PRELOAD="+agentDir+"/"+statxShimName)
+	}
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/usr", Type: "bind", Source: c.HostUsr, Options: []string{"rbind", "ro"}},

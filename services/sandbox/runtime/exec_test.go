@@ -47,6 +47,18 @@ func TestExecKeepsState(t *testing.T) {
 	}
 }
 
+// TestCoreutilsStat runs the tools that stat files with statx(2) and
+// AT_NO_AUTOMOUNT (coreutils 9), which older gVisor refuses without the
+// statx shim.
+func TestCoreutilsStat(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	sb := startSandbox(t, rt, Spec{MemoryBytes: 512 << 20})
+	res := run(t, sb, "bash", "cd /mnt/data && echo hi > a.txt && ls && ls -l a.txt | cut -c1-10 && stat -c %s a.txt && cp -a a.txt b.txt && find . -name b.txt")
+	if res.ExitCode != 0 || res.Stdout != "a.txt\n-rw-r--r--\n3\n./b.txt\n" {
+		t.Fatalf("ls, stat, cp -a, find: %+v", res)
+	}
+}
+
 func TestExecStreams(t *testing.T) {
 	rt := newTestRuntime(t, nil)
 	sb := startSandbox(t, rt, Spec{MemoryBytes: 512 << 20})

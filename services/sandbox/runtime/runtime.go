@@ -24,6 +24,13 @@ import (
 //go:embed agent.py
 var agentScript []byte
 
+// statxShim is preloaded into every sandbox on amd64: it drops
+// AT_NO_AUTOMOUNT from statx(2), which gVisor before 2023 refuses with
+// EINVAL, breaking coreutils' ls, stat, cp -a and find (statxshim/statx.c).
+//
+//go:embed statxshim/statx-amd64.so
+var statxShim []byte
+
 // Config of the runtime. Zero values get defaults (documented on each field).
 type Config struct {
 	// Runsc is the path of runsc; default "runsc" looked up in PATH.
