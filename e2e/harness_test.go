@@ -56,6 +56,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	opts.WorkerDefaults.HeartbeatInterval = 200 * time.Millisecond
 	opts.WorkerDefaults.HealthInterval = 200 * time.Millisecond
 	opts.WorkerDefaults.DrainTimeout = 5 * time.Second
+	// No warm sandboxes in stacks that run no code (sandboxStack keeps
+	// the default pool).
+	opts.Sandbox.Pool = "none"
 	if o.mutate != nil {
 		o.mutate(&opts)
 	}

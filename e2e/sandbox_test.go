@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/pkg/sandbox"
 )
 
@@ -39,7 +40,7 @@ func needRunsc(t *testing.T) {
 func sandboxStack(t *testing.T) *stack {
 	t.Helper()
 	needRunsc(t)
-	return startStack(t, stackOpts{})
+	return startStack(t, stackOpts{mutate: func(o *app.Options) { o.Sandbox.Pool = "1g=2" }})
 }
 
 type sbxClient struct {

@@ -25,11 +25,11 @@ func TestOrderPutsDependenciesFirstAndEdgeLast(t *testing.T) {
 	}{
 		// The bus and the one object store first; the edge after every
 		// service it routes to, so it starts last and stops first.
-		{[]string{"all"}, []string{"bus", "objects", "batch", "embedder", "guardian", "ingest", "retriever", "usage", "workers", "edge"}},
+		{[]string{"all"}, []string{"bus", "objects", "batch", "embedder", "guardian", "ingest", "retriever", "sandbox", "usage", "workers", "edge"}},
 		{[]string{"worker"}, []string{"bus", "worker"}},
 		{[]string{"edge"}, []string{"bus", "objects", "edge"}},
 		{[]string{"edge", "usage"}, []string{"bus", "objects", "usage", "edge"}},
-		{[]string{"usage", "edge", "all"}, []string{"bus", "objects", "batch", "embedder", "guardian", "ingest", "retriever", "usage", "workers", "edge"}},
+		{[]string{"usage", "edge", "all"}, []string{"bus", "objects", "batch", "embedder", "guardian", "ingest", "retriever", "sandbox", "usage", "workers", "edge"}},
 	} {
 		got, err := order(tc.targets)
 		if err != nil {
