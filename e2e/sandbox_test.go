@@ -271,6 +271,45 @@ except OSError as e:
 		}
 	})
 
+	t.Run("allow-list egress", func(t *testing.T) {
+		a := a.in(t)
+		ct := a.create(map[string]any{"name": "egress", "network_policy": map[string]any{"type": "allowlist", "allowed_domains": []string{"pypi.org"}}})
+		if ct.NetworkPolicy == nil || ct.NetworkPolicy.Type != sandbox.NetworkAllowlist {
+			t.Fatalf("container = %+v", ct)
+		}
+		// Through the proxy the environment names, and around it: the
+		// metadata address, the host's loopback server, the NATS port, an
+		// unlisted name are all refused.
+		r := a.exec(ct.ID, "python", fmt.Sprintf(`import os, socket, urllib.request
+print("proxy", os.environ.get("HTTP_PROXY"))
+for url in ("http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:%d/", "http://127.0.0.1:%d/", "http://example.org/"):
+    try:
+        urllib.request.urlopen(url, timeout=5)
+        print("REACHED", url)
+    except Exception as e:
+        print("refused", url, type(e).__name__, getattr(e, "code", ""))
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", %d))
+    print("REACHED direct")
+except OSError as e:
+    print("refused direct", e)
+`, webPort, natsPort, webPort), 60_000)
+		if strings.Contains(r.Stdout, "REACHED") || strings.Count(r.Stdout, "\nrefused ") != 5 || !strings.Contains(r.Stdout, "proxy http://127.0.0.1:") {
+			t.Fatalf("allow-list egress: %+v", r)
+		}
+		if hits != 0 {
+			t.Fatalf("the host's loopback HTTP server was reached %d times", hits)
+		}
+		for _, bad := range []string{"169.254.169.254", "localhost", "10.0.0.1", "metadata.google.internal", "*"} {
+			st, body := a.do("POST", "/v1/containers", map[string]any{"name": "bad", "network_policy": map[string]any{"type": "allowlist", "allowed_domains": []string{bad}}})
+			if st != http.StatusBadRequest {
+				t.Fatalf("allow-list of %q: %d %s", bad, st, body)
+			}
+		}
+	})
+
 	t.Run("file name tricks", func(t *testing.T) {
 		a := a.in(t)
 		ct := a.create(map[string]any{"name": "paths"})
