@@ -94,7 +94,7 @@ func (r SandboxReport) Print(w io.Writer) {
 	row := func(name string, s Series, base *Series) {
 		rt := "baseline"
 		if base != nil {
-			rt = ratio(s.P50, base.P50)
+			rt = fineRatio(s.P50, base.P50)
 		}
 		fmt.Fprintf(w, "%-44s %10s %10s %14s\n", name, us(s.P50), us(s.P99), rt)
 	}
@@ -111,6 +111,15 @@ func (r SandboxReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "\ntarget warm exec p50 < %s: %s (slowest through aiforge %s)\n", SandboxWarmTarget, verdict(warm < SandboxWarmTarget), us(warm))
 	fmt.Fprintf(w, "target cold < %s (pool off, create + first exec): p50 %s, p99 %s (p50 %s, p99 %s)\n", SandboxColdTarget,
 		verdict(r.ColdFirst.P50 < SandboxColdTarget), verdict(r.ColdFirst.P99 < SandboxColdTarget), us(r.ColdFirst.P50), us(r.ColdFirst.P99))
+}
+
+// fineRatio is ratio with three decimals under 0.1 (a warm create is a
+// few thousandths of a cold start).
+func fineRatio(a, b time.Duration) string {
+	if b > 0 && float64(a)/float64(b) < 0.1 {
+		return fmt.Sprintf("%.3fx", float64(a)/float64(b))
+	}
+	return ratio(a, b)
 }
 
 func verdict(ok bool) string {
