@@ -18,12 +18,23 @@ func benchCmd() *cobra.Command {
 	var bo bench.BatchOptions
 	var cacheRun bool
 	var co bench.CacheOptions
+	var sandboxRun bool
+	var so bench.SandboxOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if sandboxRun {
+				so.Progress = os.Stderr
+				rep, err := bench.RunSandbox(cmd.Context(), so)
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			}
 			if admissionRun {
 				rep, err := bench.RunAdmission(cmd.Context(), bench.AdmissionOptions{Requests: o.Requests / 2, Tokens: o.Tokens, Progress: os.Stderr})
 				if err != nil {
@@ -94,5 +105,8 @@ func benchCmd() *cobra.Command {
 	c.Flags().DurationVar(&bo.LineLatency, "batch-line-latency", 50*time.Millisecond, "with --batch: the simulator's time per line")
 	c.Flags().BoolVar(&cacheRun, "cache", false, "measure the semantic cache: a miss, an exact hit and a similar hit, plain and streamed, interleaved (--requests per path, default 300; --cache-ttft)")
 	c.Flags().DurationVar(&co.TimeToFirstToken, "cache-ttft", 20*time.Millisecond, "with --cache: the simulator's time to first token, what a miss waits for")
+	c.Flags().BoolVar(&sandboxRun, "sandbox", false, "measure agent code sandboxes (needs runsc and root): warm exec p50/p99 through aiforge vs the sandbox runtime directly, and cold starts (pool off, warm pool, runtime Start, runsc do) in the same run")
+	c.Flags().IntVar(&so.Execs, "sandbox-execs", 300, "with --sandbox: execs per warm series (python and bash, each way)")
+	c.Flags().IntVar(&so.Colds, "sandbox-colds", 20, "with --sandbox: rounds of the cold start series")
 	return c
 }
