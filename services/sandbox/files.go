@@ -145,6 +145,14 @@ func (s *Service) onFileGet(c *container, m *nats.Msg) (any, error) {
 // onFileContent copies a file out of the sandbox into the object store at
 // api.ContentKey, for the edge to stream and remove.
 func (s *Service) onFileContent(_ context.Context, c *container, m *nats.Msg) (any, error) {
+	return s.onSandboxFile(c, m, func(ctx context.Context, b box, f api.File) (any, error) {
+		return s.copyOut(ctx, c, b, f)
+	})
+}
+
+// onSandboxFile runs op on a file the request names, holding the
+// container's sandbox (one such operation at a time) for fileTimeout.
+func (s *Service) onSandboxFile(c *container, m *nats.Msg, op func(ctx context.Context, b box, f api.File) (any, error)) (any, error) {
 	f, err := fileOf(c, m)
 	if err != nil {
 		return nil, err
@@ -162,6 +170,11 @@ func (s *Service) onFileContent(_ context.Context, c *container, m *nats.Msg) (a
 	if _, ok := c.file(f.ID); !ok { // the sandbox was replaced: its files are gone
 		return nil, fileNotFound(f.ID)
 	}
+	return op(ctx, b, f)
+}
+
+// copyOut copies f out of the sandbox to the object store.
+func (s *Service) copyOut(ctx context.Context, c *container, b box, f api.File) (any, error) {
 	key := api.ContentKey(c.tenant, c.id, newID(""))
 	pr, pw := io.Pipe()
 	read := make(chan error, 1)
@@ -199,33 +212,18 @@ func (s *Service) onFileContent(_ context.Context, c *container, m *nats.Msg) (a
 }
 
 func (s *Service) onFileDelete(_ context.Context, c *container, m *nats.Msg) (any, error) {
-	f, err := fileOf(c, m)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.holdOp(c); err != nil {
-		return nil, err
-	}
-	defer c.op.Unlock()
-	ctx, cancel := context.WithTimeout(c.ctx, fileTimeout)
-	defer cancel()
-	b, _, err := s.ensureBox(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := c.file(f.ID); !ok {
-		return nil, fileNotFound(f.ID)
-	}
-	if err := b.RemoveFile(ctx, f.Path); err != nil {
-		var re *runtime.Error
-		if !errors.As(err, &re) || re.Code != api.CodeFileNotFound {
-			return nil, err
+	return s.onSandboxFile(c, m, func(ctx context.Context, b box, f api.File) (any, error) {
+		if err := b.RemoveFile(ctx, f.Path); err != nil {
+			var re *runtime.Error
+			if !errors.As(err, &re) || re.Code != api.CodeFileNotFound {
+				return nil, err
+			}
 		}
-	}
-	c.mu.Lock()
-	c.removeFileLocked(f.ID)
-	c.mu.Unlock()
-	c.touch(s.now())
-	s.saveQuiet(ctx, c)
-	return api.Deleted{ID: f.ID, Object: api.ObjectFileDeleted, Deleted: true}, nil
+		c.mu.Lock()
+		c.removeFileLocked(f.ID)
+		c.mu.Unlock()
+		c.touch(s.now())
+		s.saveQuiet(ctx, c)
+		return api.Deleted{ID: f.ID, Object: api.ObjectFileDeleted, Deleted: true}, nil
+	})
 }
