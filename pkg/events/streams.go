@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -131,36 +132,38 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 // Ensure creates or updates every stream and bucket. It is idempotent and is
 // called by every service at start, so start order does not matter.
 //
+// Streams are brought to the settings Streams declares. A bucket that
+// exists keeps its settings except its replicas, which Ensure brings to
+// o.Replicas (up or down: nats-server moves a stream between R1 and R3
+// keeping its messages), so an R1 bus provisioned before a cluster became
+// R3 is fixed by provisioning again. Nothing that already matches is
+// updated.
+//
 // Under least privilege (pkg/busauth) only the admin identity may create or
 // change streams and buckets; a service identity may only read their
 // configuration, so for a service Ensure is a check that passes when the
 // bus was provisioned with the same StreamOptions (`aiforge nats
 // provision`, or `aiforge run nats` and `aiforge up`, which provision as
-// admin at start) and fails, naming the stream, when it was not.
+// admin at start) and fails, naming each stream and bucket that differs
+// and how, when it was not.
 func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	changes := plan(ctx, js, o)
 	var errs []error
-	for _, sc := range Streams(o) {
-		// Update only what differs: every service calls Ensure at start, and
-		// a needless stream update racing a consumer being created is both
-		// wasted work and a path nats-server does not serialise.
-		if cur, err := js.Stream(ctx, sc.Name); err == nil && sameStream(cur.CachedInfo().Config, sc) {
+	refused := false
+	for _, c := range changes {
+		if refused {
+			errs = append(errs, fmt.Errorf("%s (%s): not changed", c.what, c.diff))
 			continue
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", sc.Name, err))
-		}
-	}
-	for _, kc := range Buckets(o) {
-		if _, err := js.KeyValue(ctx, kc.Bucket); err == nil {
-			continue // buckets never change shape after creation
-		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			errs = append(errs, fmt.Errorf("bucket %s: %w", kc.Bucket, err))
+		if err := c.apply(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", c.what, c.diff, err))
+			// A refused JetStream API request is never answered: it ends
+			// the context, and every later request would wait for nothing.
+			refused = errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			// A refused JetStream API request is never answered.
+		if refused {
 			return fmt.Errorf("events: ensure streams (missing or different, and this NATS identity may not be allowed to create or change them: provision as admin with `aiforge nats provision`, with the same stream options): %w", err)
 		}
 		return fmt.Errorf("events: ensure streams: %w", err)
@@ -168,10 +171,93 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) error 
 	return nil
 }
 
+// change is one stream or bucket that differs from its declaration.
+type change struct {
+	what, diff string
+	apply      func(context.Context) error
+}
+
+// plan reads every stream and bucket (stream info only, which every
+// identity may read) and returns what differs from the declaration.
+func plan(ctx context.Context, js jetstream.JetStream, o StreamOptions) []change {
+	var out []change
+	for _, sc := range Streams(o) {
+		// Update only what differs: every service calls Ensure at start, and
+		// a needless stream update racing a consumer being created is both
+		// wasted work and a path nats-server does not serialise.
+		diff := "missing"
+		if cur, err := js.Stream(ctx, sc.Name); err == nil {
+			if sameStream(cur.CachedInfo().Config, sc) {
+				continue
+			}
+			diff = streamDiff(cur.CachedInfo().Config, sc)
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			diff = "unreadable: " + err.Error()
+		}
+		out = append(out, change{what: "stream " + sc.Name, diff: diff, apply: func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, sc)
+			return err
+		}})
+	}
+	for _, kc := range Buckets(o) {
+		create := func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+			return err
+		}
+		cur, err := js.Stream(ctx, "KV_"+kc.Bucket)
+		switch {
+		case err == nil && cur.CachedInfo().Config.Replicas == kc.Replicas:
+			// Buckets keep the shape they were created with; only their
+			// replicas follow the deployment.
+		case err == nil:
+			cfg := cur.CachedInfo().Config
+			diff := fmt.Sprintf("replicas %d, declared %d", cfg.Replicas, kc.Replicas)
+			cfg.Replicas = kc.Replicas
+			out = append(out, change{what: "bucket " + kc.Bucket, diff: diff, apply: func(ctx context.Context) error {
+				_, err := js.UpdateStream(ctx, cfg)
+				return err
+			}})
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			out = append(out, change{what: "bucket " + kc.Bucket, diff: "missing", apply: create})
+		default:
+			out = append(out, change{what: "bucket " + kc.Bucket, diff: "unreadable: " + err.Error(), apply: create})
+		}
+	}
+	return out
+}
+
 // sameStream reports whether the settings Streams declares are already in
 // force.
 func sameStream(cur, want jetstream.StreamConfig) bool {
-	return slices.Equal(cur.Subjects, want.Subjects) && cur.MaxAge == want.MaxAge && cur.Duplicates == want.Duplicates &&
-		cur.Replicas == want.Replicas && cur.DenyDelete == want.DenyDelete && cur.DenyPurge == want.DenyPurge &&
-		cur.Description == want.Description && cur.Retention == want.Retention && cur.Storage == want.Storage
+	return streamDiff(cur, want) == ""
+}
+
+// streamDiff names the declared settings cur does not have, "" when none.
+func streamDiff(cur, want jetstream.StreamConfig) string {
+	var d []string
+	if cur.Replicas != want.Replicas {
+		d = append(d, fmt.Sprintf("replicas %d, declared %d", cur.Replicas, want.Replicas))
+	}
+	if cur.MaxAge != want.MaxAge {
+		d = append(d, fmt.Sprintf("max age %s, declared %s", cur.MaxAge, want.MaxAge))
+	}
+	if cur.Duplicates != want.Duplicates {
+		d = append(d, fmt.Sprintf("duplicate window %s, declared %s", cur.Duplicates, want.Duplicates))
+	}
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"subject list", slices.Equal(cur.Subjects, want.Subjects)},
+		{"deny delete", cur.DenyDelete == want.DenyDelete},
+		{"deny purge", cur.DenyPurge == want.DenyPurge},
+		{"description", cur.Description == want.Description},
+		{"retention", cur.Retention == want.Retention},
+		{"storage", cur.Storage == want.Storage},
+	} {
+		if !f.same {
+			d = append(d, f.name+" differs")
+		}
+	}
+	return strings.Join(d, "; ")
 }
