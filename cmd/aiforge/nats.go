@@ -78,7 +78,9 @@ func natsProvisionCmd() *cobra.Command {
 		Use:   "provision",
 		Short: "Create the streams and KV buckets of the bus contract (with the admin identity)",
 		Long: `Services may not create or change streams and buckets; this does, once per cluster and after an upgrade
-that changes them. Give it the admin identity.`,
+that changes them. Give it the admin identity. Every stream and bucket gets --stream-replicas replicas,
+including ones created earlier with another count (an R1 bus becomes R3 keeping its data, and back);
+give every service the same value (AIFORGE_STREAM_REPLICAS), or it refuses to start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			co, err := auth.options()
@@ -99,8 +101,8 @@ that changes them. Give it the admin identity.`,
 			if err := events.Ensure(ctx, js, so); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "provisioned %d streams and %d buckets on %s\n",
-				len(events.Streams(so)), len(events.Buckets(so)), natsutil.RedactURL(url))
+			fmt.Fprintf(cmd.ErrOrStderr(), "provisioned %d streams and %d buckets with %d replicas on %s\n",
+				len(events.Streams(so)), len(events.Buckets(so)), max(so.Replicas, 1), natsutil.RedactURL(url))
 			return nil
 		},
 	}
