@@ -332,7 +332,7 @@ func upCmd() *cobra.Command {
 func runCmd() *cobra.Command {
 	var f serveFlags
 	var w worker.Config
-	var engineKeyEnv string
+	var engineKeyEnv, healthListen string
 	c := &cobra.Command{
 		Use:   "run TARGET",
 		Short: "Run one service against an external NATS (targets: " + strings.Join(app.Targets(), ", ") + ")",
@@ -396,10 +396,25 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 				}
 				return err
 			}
+			if healthListen != "" {
+				log := o.Logger
+				if log == nil {
+					log = slog.Default()
+				}
+				_, stop, err := serveHealth(healthListen, a.Ready, log)
+				if err != nil {
+					if o.EdgeListener != nil {
+						_ = o.EdgeListener.Close()
+					}
+					return err
+				}
+				defer stop()
+			}
 			return a.Run(cmd.Context())
 		},
 	}
 	f.add(c, false)
+	c.Flags().StringVar(&healthListen, "health-listen", env("AIFORGE_HEALTH_LISTEN", ""), "serve GET /healthz (alive) and GET /readyz (every module of this process ready: 200, else 503) on this address, for probes of targets without an HTTP port (\"aiforge healthcheck\")")
 	c.Flags().StringVar(&w.Model, "model", "", "worker: the served model name")
 	c.Flags().StringVar(&w.Engine.BaseURL, "engine-url", "", "worker: the engine's OpenAI base URL, ending in /v1")
 	c.Flags().StringVar(&w.Engine.Model, "engine-model", "", "worker: the model name the engine serves")
