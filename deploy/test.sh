@@ -16,7 +16,7 @@
 # CI=true a missing tool is a failure; elsewhere the test skips loudly.
 # AIFORGE_TEST_IMAGE names the image (default aiforge-test:<pid>, removed at
 # the end); AIFORGE_TEST_PROJECT the compose project (default
-# aiforge-test-<pid>).
+# aiforge-test-<pid>); AIFORGE_TEST_KEEP=1 leaves the stack up to look at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -61,8 +61,13 @@ cleanup() {
     "${compose[@]}" ps >&2
     "${compose[@]}" logs --no-color --tail=30 >&2
   fi
+  if [ -n "${AIFORGE_TEST_KEEP:-}" ]; then
+    echo "AIFORGE_TEST_KEEP: left project $project up (credentials in $work); docker-compose -p $project -f deploy/compose/docker-compose.yml down -v"
+    exit $rc
+  fi
   step "tearing down"
-  "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1
+  "${compose[@]}" down -v --remove-orphans >"$work/down.log" 2>&1 || cat "$work/down.log" >&2
+  step "removing the image and the credentials"
   [ -n "$built" ] && docker rmi -f "$image" >/dev/null 2>&1
   rm -rf "$work"
   if [ $rc -eq 0 ]; then
