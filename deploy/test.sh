@@ -114,7 +114,12 @@ keyout=$("$cli" keys create --tenant acme) || fail "keys create"
 api_key=$(printf '%s\n' "$keyout" | sed -n 's/.*export AIFORGE_API_KEY=\(sk-[^[:space:]]*\).*/\1/p')
 [ -n "$api_key" ] || fail "keys create printed no key"
 "$cli" models register chat-small --base-url http://enginesim:9000/v1 --upstream sim-model || fail "models register"
-"$cli" models list --url "$edge2" | grep -q '^chat-small ' || fail "edge-2 does not list chat-small"
+# edge-2 learns of the model through its watch of the models bucket.
+deadline=$(( $(date +%s) + 30 ))
+until "$cli" models list --url "$edge2" 2>/dev/null | grep -q '^chat-small '; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "edge-2 does not list chat-small after 30s"
+  sleep 1
+done
 
 # post URL BODY OUT: POST JSON with the tenant's key, the status code on stdout.
 post() { curl -sS -o "$3" -w '%{http_code}' -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d "$2" "$1"; }
