@@ -2,43 +2,87 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
-// healthHandler answers the probes of a service without an HTTP API of its
-// own (every `aiforge run` target but the edge, whose API serves the same
-// paths): /healthz while the process runs, /readyz once every module it
-// runs is ready (ready reports App.Ready).
-func healthHandler(ready func() bool) http.Handler {
+// healthcheckCmd is the probe of containers built FROM scratch, which have
+// no curl: it GETs one URL and exits 0 on a 2xx answer, 1 otherwise.
+func healthcheckCmd() *cobra.Command {
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "healthcheck URL",
+		Short: "GET a health URL and exit 0 on a 2xx answer (the probe of the FROM-scratch image)",
+		Long: `GET URL (http only, e.g. the edge's http://127.0.0.1:8080/readyz or the /readyz of --health-listen)
+and exit 0 when it answers 2xx, 1 otherwise; for Docker and compose healthchecks, where the image has no curl:
+
+  healthcheck: {test: ["CMD", "/aiforge", "healthcheck", "http://127.0.0.1:8081/readyz"]}`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return probe(cmd.Context(), args[0], timeout)
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long the whole request may take")
+	return c
+}
+
+// probe GETs rawURL within timeout and reports a non-2xx answer as an error.
+func probe(ctx context.Context, rawURL string, timeout time.Duration) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("healthcheck: %q is not an http:// URL", rawURL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("healthcheck: %s answered %s", u.Redacted(), resp.Status)
+	}
+	return nil
+}
+
+// serveHealth serves GET /healthz (200 while the process runs) and GET
+// /readyz (200 when ready reports true, else 503) on addr, for `aiforge run`
+// targets that have no HTTP port of their own. It returns the bound
+// address; the caller calls stop.
+func serveHealth(addr string, ready func() bool, log *slog.Logger) (bound net.Addr, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--health-listen %s: %w", addr, err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		_, _ = io.WriteString(w, "ready\n")
 	})
-	return mux
-}
-
-// serveHealth binds addr (--health-listen) and serves healthHandler on it
-// until ctx ends.
-func serveHealth(ctx context.Context, addr string, ready func() bool) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("the health endpoint cannot listen on %s (--health-listen or AIFORGE_HEALTH_LISTEN): %w", addr, err)
-	}
-	srv := &http.Server{Handler: healthHandler(ready), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	done := make(chan struct{})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	go func() {
-		defer close(done)
-		_ = srv.Serve(ln) // ErrServerClosed once stopped
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health listener stopped", "err", err)
+		}
 	}()
-	return func() { _ = srv.Close(); <-done }, nil
+	return ln.Addr(), func() { _ = srv.Close() }, nil
 }

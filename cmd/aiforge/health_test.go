@@ -2,44 +2,70 @@ package main
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"log/slog"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-func TestHealthHandler(t *testing.T) {
+func TestHealthListenerAndProbe(t *testing.T) {
 	var ready atomic.Bool
-	srv := httptest.NewServer(healthHandler(ready.Load))
-	defer srv.Close()
-	get := func(path string) int {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode
+	addr, stop, err := serveHealth("127.0.0.1:0", ready.Load, slog.Default())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c := get("/healthz"); c != http.StatusOK {
-		t.Fatalf("/healthz: %d", c)
+	defer stop()
+	base := "http://" + addr.String()
+	ctx := context.Background()
+
+	if err := probe(ctx, base+"/healthz", 5*time.Second); err != nil {
+		t.Fatalf("/healthz of a running process: %v", err)
 	}
-	if c := get("/readyz"); c != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz before ready: %d, want 503", c)
+	err = probe(ctx, base+"/readyz", 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("/readyz before ready: got %v, want a 503 error", err)
 	}
 	ready.Store(true)
-	if c := get("/readyz"); c != http.StatusOK {
-		t.Fatalf("/readyz when ready: %d", c)
+	if err := probe(ctx, base+"/readyz", 5*time.Second); err != nil {
+		t.Fatalf("/readyz once ready: %v", err)
 	}
-	if c := get("/metrics"); c != http.StatusNotFound {
-		t.Fatalf("/metrics: %d, want 404", c)
+	err = probe(ctx, base+"/nothing", 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("unknown path: got %v, want a 404 error", err)
 	}
 }
 
-func TestServeHealthBadAddress(t *testing.T) {
-	if _, err := serveHealth(context.Background(), "256.0.0.1:1", func() bool { return true }); err == nil {
-		t.Fatal("a bad address was accepted")
+func TestProbeRefusesWhatIsNotHTTP(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:8080", "https://127.0.0.1:8080/readyz", "file:///etc/passwd", "http:///readyz"} {
+		err := probe(context.Background(), u, time.Second)
+		if err == nil || !strings.Contains(err.Error(), "not an http:// URL") {
+			t.Errorf("probe(%q) = %v, want a not-an-http-URL error", u, err)
+		}
+	}
+}
+
+func TestProbeFailsOnAClosedPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if err := probe(context.Background(), "http://"+addr+"/readyz", 5*time.Second); err == nil {
+		t.Fatal("probe of a closed port succeeded")
+	}
+}
+
+func TestHealthListenBusyAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, _, err = serveHealth(ln.Addr().String(), func() bool { return true }, slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "--health-listen") {
+		t.Fatalf("busy address: got %v, want a --health-listen error", err)
 	}
 }

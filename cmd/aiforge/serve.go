@@ -397,8 +397,15 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 				return err
 			}
 			if healthListen != "" {
-				stop, err := serveHealth(cmd.Context(), healthListen, a.Ready)
+				log := o.Logger
+				if log == nil {
+					log = slog.Default()
+				}
+				_, stop, err := serveHealth(healthListen, a.Ready, log)
 				if err != nil {
+					if o.EdgeListener != nil {
+						_ = o.EdgeListener.Close()
+					}
 					return err
 				}
 				defer stop()
@@ -407,7 +414,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 		},
 	}
 	f.add(c, false)
-	c.Flags().StringVar(&healthListen, "health-listen", env("AIFORGE_HEALTH_LISTEN", ""), "serve GET /healthz (alive) and /readyz (every module ready) on this address (e.g. 0.0.0.0:8081) for probes of the targets without an HTTP API")
+	c.Flags().StringVar(&healthListen, "health-listen", env("AIFORGE_HEALTH_LISTEN", ""), "serve GET /healthz (alive) and GET /readyz (every module of this process ready: 200, else 503) on this address, for probes of targets without an HTTP port (\"aiforge healthcheck\")")
 	c.Flags().StringVar(&w.Model, "model", "", "worker: the served model name")
 	c.Flags().StringVar(&w.Engine.BaseURL, "engine-url", "", "worker: the engine's OpenAI base URL, ending in /v1")
 	c.Flags().StringVar(&w.Engine.Model, "engine-model", "", "worker: the model name the engine serves")
