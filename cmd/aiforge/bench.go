@@ -121,7 +121,7 @@ func benchCmd() *cobra.Command {
 	c.Flags().IntVar(&so.Colds, "sandbox-colds", 20, "with --sandbox: rounds of the cold start series")
 	c.Flags().BoolVar(&scaleRun, "scale", false, "measure scale-out on a 3-node JetStream cluster in process (R3): the usage fold, usage queries and ingest with 1, 2 and 3 replicas of the service, in one run (--scale-events, --scale-docs, --scale-queries)")
 	c.Flags().IntVar(&sco.Events, "scale-events", 100_000, "with --scale: usage events every usage replica folds")
-	c.Flags().IntVar(&sco.Docs, "scale-docs", 600, "with --scale: documents ingested per replica count")
-	c.Flags().IntVar(&sco.Queries, "scale-queries", 2000, "with --scale: usage queries answered per replica count")
+	c.Flags().IntVar(&sco.Docs, "scale-docs", 1500, "with --scale: documents ingested per replica count")
+	c.Flags().IntVar(&sco.Queries, "scale-queries", 5000, "with --scale: usage queries answered per replica count")
 	return c
 }

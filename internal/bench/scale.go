@@ -43,10 +43,10 @@ type ScaleOptions struct {
 	// Events is how many usage events are folded (default 100000).
 	Events int
 	// Docs is how many documents are ingested per replica count (default
-	// 600).
+	// 1500).
 	Docs int
 	// Queries is how many usage queries are answered per replica count
-	// (default 2000).
+	// (default 5000).
 	Queries int
 	// Replicas are the replica counts measured, in order (default 1, 2,
 	// 3); ratios are against the row with 1.
@@ -142,10 +142,10 @@ func RunScale(ctx context.Context, o ScaleOptions) (ScaleReport, error) {
 		o.Events = 100_000
 	}
 	if o.Docs <= 0 {
-		o.Docs = 600
+		o.Docs = 1500
 	}
 	if o.Queries <= 0 {
-		o.Queries = 2000
+		o.Queries = 5000
 	}
 	if len(o.Replicas) == 0 {
 		o.Replicas = []int{1, 2, 3}
