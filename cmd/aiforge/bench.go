@@ -20,12 +20,23 @@ func benchCmd() *cobra.Command {
 	var co bench.CacheOptions
 	var sandboxRun bool
 	var so bench.SandboxOptions
+	var scaleRun bool
+	var sco bench.ScaleOptions
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what aiforge adds over calling an engine directly (engine simulator, same run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = os.Stderr
+			if scaleRun {
+				sco.Progress = os.Stderr
+				rep, err := bench.RunScale(cmd.Context(), sco)
+				if err != nil {
+					return err
+				}
+				rep.Print(cmd.OutOrStdout())
+				return nil
+			}
 			if sandboxRun {
 				so.Progress = os.Stderr
 				rep, err := bench.RunSandbox(cmd.Context(), so)
@@ -108,5 +119,9 @@ func benchCmd() *cobra.Command {
 	c.Flags().BoolVar(&sandboxRun, "sandbox", false, "measure agent code sandboxes (needs runsc and root): warm exec p50/p99 through aiforge vs the sandbox runtime directly, and cold starts (pool off, warm pool, runtime Start, runsc do) in the same run")
 	c.Flags().IntVar(&so.Execs, "sandbox-execs", 300, "with --sandbox: execs per warm series (python and bash, each way)")
 	c.Flags().IntVar(&so.Colds, "sandbox-colds", 20, "with --sandbox: rounds of the cold start series")
+	c.Flags().BoolVar(&scaleRun, "scale", false, "measure scale-out on a 3-node JetStream cluster in process (R3): the usage fold, usage queries and ingest with 1, 2 and 3 replicas of the service, in one run (--scale-events, --scale-docs, --scale-queries)")
+	c.Flags().IntVar(&sco.Events, "scale-events", 100_000, "with --scale: usage events every usage replica folds")
+	c.Flags().IntVar(&sco.Docs, "scale-docs", 1500, "with --scale: documents ingested per replica count")
+	c.Flags().IntVar(&sco.Queries, "scale-queries", 5000, "with --scale: usage queries answered per replica count")
 	return c
 }
