@@ -36,7 +36,16 @@ stack_init deploy/chaos.sh aiforge-chaos
 rate=${CHAOS_RATE:-20}
 conc=${CHAOS_CONCURRENCY:-8}
 loadpid=""
-stack_before_cleanup() { [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null; wait 2>/dev/null; }
+stack_before_cleanup() {
+  [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null
+  wait 2>/dev/null
+  if [ "$rc" -ne 0 ]; then
+    echo "--- the load summaries" >&2
+    cat "$work"/chaos.json "$work"/rolling.json 2>/dev/null | head -c 20000 >&2
+    echo "--- errors of ingest, embedder, retriever, workers" >&2
+    "${compose[@]}" logs --no-color ingest embedder retriever workers-1 workers-2 2>&1 | grep -i '"level":"\(error\|warn\)"' | tail -40 >&2
+  fi
+}
 
 stack_up
 stack_tenant

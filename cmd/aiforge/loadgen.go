@@ -453,7 +453,7 @@ func (r *loadRun) waitDocs(ctx context.Context, ids []string) {
 		return
 	}
 	vs := r.sum.Docs.VectorStore
-	final := map[string]string{}
+	final, why := map[string]string{}, map[string]string{}
 	deadline := time.Now().Add(r.o.DocWait)
 	for n := 0; ; n++ {
 		pending := 0
@@ -465,12 +465,19 @@ func (r *loadRun) waitDocs(ctx context.Context, ids []string) {
 				return http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/vector_stores/"+vs+"/files/"+id, nil)
 			})
 			var v struct {
-				Status string `json:"status"`
+				Status    string `json:"status"`
+				LastError *struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				} `json:"last_error"`
 			}
 			if res.kind != "" || json.Unmarshal(res.body, &v) != nil || v.Status == "" {
 				final[id] = "unreadable"
 			} else {
 				final[id] = v.Status
+				if v.LastError != nil && v.LastError.Code != "" {
+					why[id] = v.LastError.Code + ": " + truncate(v.LastError.Message, 200)
+				}
 			}
 			if s := final[id]; s != "completed" && s != "failed" && s != "cancelled" {
 				pending++
@@ -487,7 +494,7 @@ func (r *loadRun) waitDocs(ctx context.Context, ids []string) {
 		if final[id] == "completed" {
 			d.Completed++
 		} else {
-			d.NotCompleted = append(d.NotCompleted, id+" "+final[id])
+			d.NotCompleted = append(d.NotCompleted, strings.TrimSpace(id+" "+final[id]+" "+why[id]))
 		}
 	}
 	sort.Strings(d.NotCompleted)
