@@ -19,118 +19,12 @@
 # aiforge-test-<pid>); AIFORGE_TEST_KEEP=1 leaves the stack up to look at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-
-step() { echo "--- [$(( $(date +%s) - start ))s] $*"; }
-failure=""
-fail() { failure="$*"; echo "FAIL deploy/test.sh: $*" >&2; exit 1; }
-
-if docker compose version >/dev/null 2>&1; then
-  compose_bin=(docker compose)
-elif command -v docker-compose >/dev/null 2>&1; then
-  compose_bin=(docker-compose)
-else
-  compose_bin=()
-fi
-for tool in docker go curl; do
-  if ! command -v "$tool" >/dev/null 2>&1; then compose_bin=(); missing=$tool; fi
-done
-if [ ${#compose_bin[@]} -eq 0 ] || ! docker info >/dev/null 2>&1; then
-  msg="deploy/test.sh needs docker (a running engine), docker-compose, go and curl: ${missing:-docker-compose or the docker engine} missing"
-  if [ "${CI:-}" = "true" ]; then fail "$msg"; fi
-  echo "SKIP: $msg" >&2
-  exit 0
-fi
-
-image="${AIFORGE_TEST_IMAGE:-aiforge-test:$$}"
-project="${AIFORGE_TEST_PROJECT:-aiforge-test-$$}"
-work=$(mktemp -d)
-export AIFORGE_IMAGE="$image" AIFORGE_CREDS_DIR="$work/nats-creds"
-# The edges publish on free loopback ports (read back below).
-export AIFORGE_BIND=127.0.0.1 AIFORGE_PORT=0 AIFORGE_PORT_2=0
-AIFORGE_ADMIN_KEY="ak-test-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export AIFORGE_ADMIN_KEY
-compose=("${compose_bin[@]}" -p "$project" -f deploy/compose/docker-compose.yml)
-built=""
-
-cleanup() {
-  rc=$?
-  set +e
-  if [ $rc -ne 0 ]; then
-    echo "--- the stack when it failed" >&2
-    "${compose[@]}" ps >&2
-    "${compose[@]}" logs --no-color --tail=30 >&2
-  fi
-  if [ -n "${AIFORGE_TEST_KEEP:-}" ]; then
-    echo "AIFORGE_TEST_KEEP: left project $project up (credentials in $work); docker-compose -p $project -f deploy/compose/docker-compose.yml down -v"
-    exit $rc
-  fi
-  step "tearing down"
-  "${compose[@]}" down -v --remove-orphans >"$work/down.log" 2>&1 || cat "$work/down.log" >&2
-  step "removing the image and the credentials"
-  [ -n "$built" ] && docker rmi -f "$image" >/dev/null 2>&1
-  rm -rf "$work"
-  if [ $rc -eq 0 ]; then
-    echo "deploy/test.sh: PASS in $(( $(date +%s) - start ))s"
-  else
-    echo "deploy/test.sh: FAIL in $(( $(date +%s) - start ))s${failure:+: $failure}" >&2
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-step "building image $image"
-deploy/build-image.sh "$image" >/dev/null 2>&1 || fail "deploy/build-image.sh $image failed"
-built=1
-cli="$PWD/deploy/image/aiforge" # the static binary the image holds
-
-step "writing bus credentials"
-deploy/compose/creds.sh "$AIFORGE_CREDS_DIR" >/dev/null 2>&1 || fail "deploy/compose/creds.sh failed"
-
-step "docker-compose up (project $project)"
-"${compose[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up failed"; }
-
-step "waiting for every container to be healthy"
-services=$("${compose[@]}" config --services | grep -vx -e provision -e sandbox | sort)
-deadline=$(( $(date +%s) + 180 ))
-while :; do
-  healthy=$(docker ps --filter "label=com.docker.compose.project=$project" --filter health=healthy \
-    --format '{{.Label "com.docker.compose.service"}}' | sort)
-  waiting=$(comm -23 <(printf '%s\n' "$services") <(printf '%s\n' "$healthy") | tr '\n' ' ')
-  [ -z "${waiting// /}" ] && break
-  [ "$(date +%s)" -lt "$deadline" ] || fail "not healthy after 180s: $waiting"
-  sleep 2
-done
-echo "healthy: $(printf '%s\n' "$services" | tr '\n' ' ')"
-edge1="http://$("${compose[@]}" port edge-1 8080)"
-edge2="http://$("${compose[@]}" port edge-2 8080)"
-echo "edges at $edge1 and $edge2"
-
-export AIFORGE_URL="$edge1"
-step "tenant, key, model on the simulator"
-"$cli" tenants create acme || fail "tenants create"
-keyout=$("$cli" keys create --tenant acme) || fail "keys create"
-api_key=$(printf '%s\n' "$keyout" | sed -n 's/.*export AIFORGE_API_KEY=\(sk-[^[:space:]]*\).*/\1/p')
-[ -n "$api_key" ] || fail "keys create printed no key"
-"$cli" models register chat-small --base-url http://enginesim:9000/v1 --upstream sim-model || fail "models register"
-# edge-2 learns of the model through its watch of the models bucket.
-deadline=$(( $(date +%s) + 30 ))
-until "$cli" models list --url "$edge2" 2>/dev/null | grep -q '^chat-small '; do
-  [ "$(date +%s)" -lt "$deadline" ] || fail "edge-2 does not list chat-small after 30s"
-  sleep 1
-done
-
-# post URL BODY OUT: POST JSON with the tenant's key, the status code on stdout.
-post() { curl -sS -o "$3" -w '%{http_code}' -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d "$2" "$1"; }
-
-step "chat, plain (edge-1), once the workers serve the model"
-chat='{"model":"chat-small","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8}'
-deadline=$(( $(date +%s) + 90 ))
-until [ "$(post "$edge1/v1/chat/completions" "$chat" "$work/chat.json")" = 200 ]; do
-  [ "$(date +%s)" -lt "$deadline" ] || fail "plain chat: not 200 after 90s: $(cat "$work/chat.json")"
-  sleep 1
-done
+# The stack's set-up and teardown are deploy/stack.sh's, shared with
+# deploy/chaos.sh.
+source deploy/stack.sh
+stack_init deploy/test.sh aiforge-test
+stack_up
+stack_tenant # tenant, key, model; the first plain chat answered 200 ($work/chat.json)
 grep -q '"object":"chat.completion"' "$work/chat.json" && grep -q '"completion_tokens":8' "$work/chat.json" ||
   fail "plain chat: unexpected answer: $(cat "$work/chat.json")"
 cat "$work/chat.json"; echo

@@ -28,7 +28,7 @@ this themselves; these commands are for an external nats-server (Kubernetes, a m
   aiforge nats provision --nats-url nats://nats:4222 --nats-nkey ./nats-creds/admin.nk
   aiforge run edge --nats-url nats://nats:4222 --nats-nkey ./nats-creds/edge.nk`,
 	}
-	c.AddCommand(natsConfigCmd(), natsProvisionCmd())
+	c.AddCommand(natsConfigCmd(), natsProvisionCmd(), natsLeadersCmd())
 	return c
 }
 

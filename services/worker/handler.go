@@ -197,10 +197,15 @@ func usageV4(req *bridge.Request, v2 events.UsageRecordedV2) (events.UsageRecord
 }
 
 // publishUsage publishes a usage event (events.UsageRecordedV2, or V3 for
-// a batch line), retrying JetStream errors with backoff. It uses its own
-// context so canceled requests are recorded too.
+// a batch line), retrying JetStream errors with backoff (at most 1 s apart)
+// for up to 30 s: the USAGE stream is without a leader for several seconds
+// when its leader's node is lost (deploy/chaos.sh measures 6-11 s), and a
+// publish answered "no response from stream" fails at once. The event's
+// message id makes a retry of a publish that was stored a duplicate the
+// stream drops. It uses its own context so canceled requests are recorded
+// too.
 func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env events.Envelope) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -208,7 +213,7 @@ func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env ev
 		if err == nil {
 			return
 		}
-		if errors.Is(err, events.ErrInvalid) || attempt == 5 || ctx.Err() != nil {
+		if errors.Is(err, events.ErrInvalid) || ctx.Err() != nil {
 			s.log.Error("could not record usage", "request_id", u.RequestID, "tenant", u.Tenant,
 				"status", u.Status, "attempts", attempt, "err", err)
 			return
@@ -219,6 +224,6 @@ func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env ev
 			t.Stop()
 		case <-t.C:
 		}
-		backoff *= 2
+		backoff = min(2*backoff, time.Second)
 	}
 }
