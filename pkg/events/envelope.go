@@ -138,6 +138,31 @@ func Publish(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope
 	return ack, nil
 }
 
+// PublishRetry is Publish retried with backoff (50 ms doubling to 1 s)
+// until it is acknowledged, the event is invalid, or ctx ends: what a
+// publisher that must not lose an event does while a stream elects a new
+// leader (a publish without a leader fails at once, and an election on a
+// cluster that lost a node takes seconds). The envelope id makes a retry
+// that was in fact stored the first time a duplicate, stored once. It
+// returns the last error and the number of attempts.
+func PublishRetry(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope) (*jetstream.PubAck, int, error) {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ack, err := Publish(ctx, js, ev, env)
+		if err == nil || errors.Is(err, ErrInvalid) || ctx.Err() != nil {
+			return ack, attempt, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, attempt, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
 // Registry maps event type names to Go types, for decoding.
 type Registry struct {
 	types map[string]func() Event

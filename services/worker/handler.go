@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -207,23 +206,8 @@ func usageV4(req *bridge.Request, v2 events.UsageRecordedV2) (events.UsageRecord
 func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env events.Envelope) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		_, err := events.Publish(ctx, s.deps.JS, ev, env)
-		if err == nil {
-			return
-		}
-		if errors.Is(err, events.ErrInvalid) || ctx.Err() != nil {
-			s.log.Error("could not record usage", "request_id", u.RequestID, "tenant", u.Tenant,
-				"status", u.Status, "attempts", attempt, "err", err)
-			return
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, time.Second)
+	if _, attempts, err := events.PublishRetry(ctx, s.deps.JS, ev, env); err != nil {
+		s.log.Error("could not record usage", "request_id", u.RequestID, "tenant", u.Tenant,
+			"status", u.Status, "attempts", attempts, "err", err)
 	}
 }

@@ -37,6 +37,10 @@ func validAttributes(a map[string]any) *contracts.Error {
 	return nil
 }
 
+// ingestPublishWithin bounds the retries of an ingest request's publish:
+// longer than a JetStream leader election after a node is lost.
+const ingestPublishWithin = 20 * time.Second
+
 // attachFile adds a file to a store and requests its ingestion.
 func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStore, fileID string, attrs map[string]any, ch events.Chunking, batchID string) (vectorstore.File, *contracts.Error) {
 	if e := validAttributes(attrs); e != nil {
@@ -73,12 +77,20 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	ev := events.DocIngestRequestedV1{DocRef: ref, ObjectKey: f.ObjectKey,
 		Filename: f.Filename, ContentSHA256: f.SHA256, Chunking: ch, EmbeddingModel: vs.EmbeddingModel, Attributes: attrs, RequestedAt: time.Now().UTC()}
 	env := events.Envelope{ID: ref.EventID("ingest"), Source: s.d.InstanceID, Tenant: k.Tenant}
-	if _, err := events.Publish(ctx, s.d.JS, ev, env); err != nil {
+	// A stream electing a new leader (a NATS node lost) refuses publishes
+	// for seconds: retry within the request's time, as long as the client
+	// waits, and tell it when the file could not be accepted.
+	pctx, cancel := context.WithTimeout(ctx, ingestPublishWithin)
+	defer cancel()
+	if _, attempts, err := events.PublishRetry(pctx, s.d.JS, ev, env); err != nil {
+		s.log.Error("queue ingest request", "vector_store_id", vs.ID, "file_id", f.ID, "attempts", attempts, "err", err)
 		rec.Status, rec.LastError = vectorstore.StatusFailed, &vectorstore.LastError{Code: "server_error", Message: "The ingest request could not be queued."}
-		if _, err := kv.Put(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
+		if _, err := kv.Put(context.WithoutCancel(ctx), s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
 			// The file stays in_progress; adding it again retries.
 			s.log.Error("record failed ingest request", "vector_store_id", vs.ID, "file_id", f.ID, "err", err)
 		}
+		return vectorstore.File{}, &contracts.Error{Status: http.StatusServiceUnavailable, Type: contracts.TypeServer, Code: contracts.CodeServiceUnavailable,
+			Message: "The file could not be queued for ingestion (the event stream is unavailable); add it again."}
 	}
 	return rec.File, nil
 }
