@@ -26,7 +26,7 @@ stack_init() {
     compose_bin=()
   fi
   local tool missing=""
-  for tool in docker go curl; do
+  for tool in docker go curl python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then compose_bin=(); missing=$tool; fi
   done
   if [ ${#compose_bin[@]} -eq 0 ] || ! docker info >/dev/null 2>&1; then
@@ -39,8 +39,14 @@ stack_init() {
   project="${AIFORGE_TEST_PROJECT:-$2-$$}"
   work=$(mktemp -d)
   export AIFORGE_IMAGE="$image" AIFORGE_CREDS_DIR="$work/nats-creds"
-  # The edges publish on free loopback ports (read back by stack_up).
-  export AIFORGE_BIND=127.0.0.1 AIFORGE_PORT=0 AIFORGE_PORT_2=0
+  # The edges publish on two loopback ports that are free now (read back
+  # by stack_up). Fixed ones, not 0: docker gives a restarted container a
+  # new ephemeral port, and the rolling restart must find the edges again.
+  read -r p1 p2 < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+  export AIFORGE_BIND=127.0.0.1 AIFORGE_PORT="$p1" AIFORGE_PORT_2="$p2"
   AIFORGE_ADMIN_KEY="ak-test-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   export AIFORGE_ADMIN_KEY
   compose=("${compose_bin[@]}" -p "$project" -f deploy/compose/docker-compose.yml)

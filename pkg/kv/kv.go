@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -181,11 +182,36 @@ func Put[T any](ctx context.Context, b jetstream.KeyValue, key string, v T) (uin
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode %s: %w", where(b, key), err)
 	}
-	rev, err := b.Put(ctx, key, data)
-	if err != nil {
-		return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
+	backoff := 50 * time.Millisecond
+	for waited := time.Duration(0); ; waited += backoff {
+		rev, err := b.Put(ctx, key, data)
+		if err == nil {
+			return rev, nil
+		}
+		// A bucket electing a new leader (a NATS node lost) answers no
+		// write for seconds; a put stores the same value again, so it is
+		// retried through the election, bounded by ctx and leaderWait.
+		if !noLeader(err) || waited >= leaderWait || ctx.Err() != nil {
+			return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return rev, nil
+}
+
+// leaderWait bounds how long a put waits for its bucket to have a leader:
+// longer than a JetStream election after a node is lost.
+const leaderWait = 20 * time.Second
+
+// noLeader reports an error of a write that no stream leader answered.
+func noLeader(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // Create stores v under key if the key does not exist (a deleted key does
