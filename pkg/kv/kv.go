@@ -9,6 +9,7 @@
 package kv
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -182,23 +183,29 @@ func Put[T any](ctx context.Context, b jetstream.KeyValue, key string, v T) (uin
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode %s: %w", where(b, key), err)
 	}
+	var rev uint64
+	if _, err := throughElection(ctx, func() (err error) { rev, err = b.Put(ctx, key, data); return err }); err != nil {
+		return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
+	}
+	return rev, nil
+}
+
+// throughElection runs a write, again while no stream leader answers it (a
+// bucket electing a new leader after a NATS node is lost answers no write
+// for seconds), bounded by ctx and leaderWait, and says whether it retried.
+func throughElection(ctx context.Context, write func() error) (retried bool, err error) {
 	backoff := 50 * time.Millisecond
 	for waited := time.Duration(0); ; waited += backoff {
-		rev, err := b.Put(ctx, key, data)
-		if err == nil {
-			return rev, nil
+		err = write()
+		if err == nil || !noLeader(err) || waited >= leaderWait || ctx.Err() != nil {
+			return retried, err
 		}
-		// A bucket electing a new leader (a NATS node lost) answers no
-		// write for seconds; a put stores the same value again, so it is
-		// retried through the election, bounded by ctx and leaderWait.
-		if !noLeader(err) || waited >= leaderWait || ctx.Err() != nil {
-			return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
-		}
+		retried = true
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, fmt.Errorf("kv: put %s: %w", where(b, key), err)
+			return retried, err
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
@@ -221,14 +228,23 @@ func Create[T any](ctx context.Context, b jetstream.KeyValue, key string, v T) (
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode %s: %w", where(b, key), err)
 	}
-	rev, err := b.Create(ctx, key, data)
-	if err != nil {
-		if isCASLoss(err) {
-			return 0, fmt.Errorf("%w: %s", ErrExists, where(b, key))
+	var rev uint64
+	retried, err := throughElection(ctx, func() (err error) { rev, err = b.Create(ctx, key, data); return err })
+	switch {
+	case err == nil:
+		return rev, nil
+	case isCASLoss(err):
+		// After a write no leader answered, the key may be there because
+		// that write was stored after all: it is ours when it holds
+		// exactly our bytes.
+		if retried {
+			if e, gerr := b.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), data) {
+				return e.Revision(), nil
+			}
 		}
-		return 0, fmt.Errorf("kv: create %s: %w", where(b, key), err)
+		return 0, fmt.Errorf("%w: %s", ErrExists, where(b, key))
 	}
-	return rev, nil
+	return 0, fmt.Errorf("kv: create %s: %w", where(b, key), err)
 }
 
 // Delete removes key; ErrNotFound when it does not exist. Watchers see a

@@ -326,7 +326,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	})
 	s.booting = boot
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h := s.api.Load(); h != nil {
+		// The API answers once the directory holds every key and model:
+		// before, a valid key would be refused as unknown (401), so a
+		// restarted edge answers 503 "is starting" until then.
+		if h := s.api.Load(); h != nil && s.ready.Load() {
 			(*h).ServeHTTP(w, r)
 			return
 		}
