@@ -353,6 +353,7 @@ func (s *Service) foldOnce(ctx context.Context) error {
 	}
 	defer it.Stop()
 	idle := min(defaultIdleWait, s.cfg.SettleInterval)
+	lastMsg := time.Now()
 	for {
 		msg, err := it.Next(jetstream.NextMaxWait(idle))
 		if ctx.Err() != nil {
@@ -363,10 +364,17 @@ func (s *Service) foldOnce(ctx context.Context) error {
 				if err := s.housekeeping(ctx, true); err != nil {
 					return err
 				}
+				if time.Since(lastMsg) >= foldStallCheck {
+					lastMsg = time.Now()
+					if err := s.checkBehind(ctx); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			return err
 		}
+		lastMsg = time.Now()
 		meta, err := msg.Metadata()
 		if err != nil {
 			return fmt.Errorf("metadata: %w", err)
@@ -377,6 +385,31 @@ func (s *Service) foldOnce(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// foldStallCheck is how long the folder waits without a message before it
+// asks the stream whether it is behind: an ordered consumer whose stream
+// lost its leader (a NATS node killed) can stay silent while the stream
+// grows on its new leader.
+const foldStallCheck = 5 * time.Second
+
+// checkBehind is an error when the USAGE stream holds messages past the
+// ledger's last sequence, so that the folder makes a new consumer from
+// there.
+func (s *Service) checkBehind(ctx context.Context) error {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := s.deps.JS.Stream(ictx, events.StreamUsage)
+	if err != nil {
+		return nil // no answer (no leader yet): ask again later
+	}
+	s.mu.Lock()
+	last := s.led.LastSeq()
+	s.mu.Unlock()
+	if tail := st.CachedInfo().State.LastSeq; tail > last {
+		return fmt.Errorf("the fold is silent at sequence %d while USAGE holds %d: a new consumer", last, tail)
+	}
+	return nil
 }
 
 // foldMsg folds one stream message.
