@@ -41,13 +41,16 @@ const (
 
 // Sandbox is one running gVisor sandbox with its resident interpreters.
 type Sandbox struct {
-	id     string
-	rt     *Runtime
-	dir    string
-	labels map[string]string
-	cg     cgroupStats
-	cmd    *exec.Cmd
-	egress *egressProxy
+	// pidsHits is the last count of tasks the host pids limit refused,
+	// sampled during an exec.
+	pidsHits atomic.Int64
+	id       string
+	rt       *Runtime
+	dir      string
+	labels   map[string]string
+	cg       cgroupStats
+	cmd      *exec.Cmd
+	egress   *egressProxy
 
 	wmu   sync.Mutex // one writer of the protocol at a time
 	stdin io.WriteCloser
@@ -416,6 +419,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest, out func(sa
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	// The host cgroup is gone once runsc ends, so its pids events are
+	// sampled while the code runs, to name a process flood that ends the
+	// sandbox.
+	sample := time.NewTicker(pidsSampleEvery)
+	defer sample.Stop()
 	for {
 		select {
 		case m, ok := <-ch:
@@ -451,6 +459,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest, out func(sa
 				}
 				return finish()
 			}
+		case <-sample.C:
+			if n := s.cg.pidsLimitHits(); n > 0 {
+				s.pidsHits.Store(n)
+			}
 		case <-s.dead:
 			return s.ended2(&res, finish)
 		case <-timer.C:
@@ -467,11 +479,14 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest, out func(sa
 	}
 }
 
+// pidsSampleEvery is how often an exec samples the host pids events.
+const pidsSampleEvery = 250 * time.Millisecond
+
 // ended2 fills the result of an exec whose sandbox died under it.
 func (s *Sandbox) ended2(res *Result, finish func() (Result, error)) (Result, error) {
 	<-s.dead
 	res.ExitCode = -1
-	peak, fails, pids := s.cg.memoryPeak(), s.cg.memoryFailures(), s.cg.pidsLimitHits()
+	peak, fails, pids := s.cg.memoryPeak(), s.cg.memoryFailures(), max(s.cg.pidsLimitHits(), s.pidsHits.Load())
 	switch {
 	case s.ended.Load() == endTimeout:
 		res.Error = &sandbox.ExecError{Code: sandbox.CodeExecTimeout, Message: "the code ran past its timeout; the sandbox was killed"}
