@@ -127,8 +127,12 @@ func TestLoadgenCountsFailuresByCodeAndStopsWhenInterrupted(t *testing.T) {
 		}
 		done <- sum
 	}()
+	deadline := time.Now().Add(30 * time.Second)
 	for edge.chats.Load() < 50 {
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("the load generator sent %d chats in 30s, want 50", edge.chats.Load())
+		}
+		time.Sleep(time.Millisecond) // polling interval
 	}
 	cancel()
 	sum := <-done
