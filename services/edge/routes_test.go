@@ -334,8 +334,10 @@ func TestSemanticCacheExactSimilarTenantsAndStreams(t *testing.T) {
 		t.Fatalf("rebuilt %q, streamed %q", got, streamedContent)
 	}
 
-	// Usage of hits: cached prompt tokens, no completion, Cache set.
-	eventually(t, 5*time.Second, func() bool {
+	// Usage of hits: cached prompt tokens, no completion, Cache set (the
+	// edge publishes them in the background: a loaded machine may take a
+	// while).
+	eventually(t, 30*time.Second, func() bool {
 		kinds := map[string]int{}
 		for _, ev := range usage() {
 			if ev.Cache != "" {

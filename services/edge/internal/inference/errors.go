@@ -81,15 +81,10 @@ func (s *Service) recordLostUsage(c Call, model, reqID string, res bridge.Result
 	env := events.Envelope{ID: reqID, Source: s.d.InstanceID, Tenant: key.Tenant}
 	env.TraceParent = telemetry.TraceParent(trace.ContextWithSpanContext(context.Background(), span.SpanContext()))
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for attempt := 0; attempt < 5; attempt++ {
-			if _, err := events.Publish(ctx, s.d.JS, ev, env); err == nil {
-				return
-			} else if attempt == 4 {
-				s.log.Error("could not record usage of a lost stream", "request_id", reqID, "err", err)
-			}
-			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		if _, attempts, err := events.PublishRetry(ctx, s.d.JS, ev, env); err != nil {
+			s.log.Error("could not record usage of a lost stream", "request_id", reqID, "attempts", attempts, "err", err)
 		}
 	}()
 }

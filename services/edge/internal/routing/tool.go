@@ -109,24 +109,23 @@ func (s *Service) callTool(ctx context.Context, c ToolCall) (Completion, *contra
 		Content: *plain.Content, FinishReason: "stop"}, nil
 }
 
+// usagePublishWithin bounds the retries of a usage event the edge
+// publishes: longer than a JetStream leader election.
+const usagePublishWithin = 30 * time.Second
+
 // PublishUsage publishes a usage event the edge itself records (a tool's
-// answer, a cache hit) under its request id, retrying briefly in the
-// background.
+// answer, a cache hit) under its request id, retried in the background
+// through a stream's leader election (events.PublishRetry).
 func PublishUsage(js jetstream.JetStream, log *slog.Logger, ev events.UsageRecordedV4, source string) {
 	if js == nil {
 		return
 	}
 	env := events.Envelope{ID: ev.RequestID, Source: source, Tenant: ev.Tenant}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), usagePublishWithin)
 		defer cancel()
-		for attempt := 0; attempt < 5; attempt++ {
-			if _, err := events.Publish(ctx, js, ev, env); err == nil {
-				return
-			} else if attempt == 4 {
-				log.Error("could not record usage", "request_id", ev.RequestID, "err", err)
-			}
-			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		if _, attempts, err := events.PublishRetry(ctx, js, ev, env); err != nil {
+			log.Error("could not record usage", "request_id", ev.RequestID, "attempts", attempts, "err", err)
 		}
 	}()
 }
