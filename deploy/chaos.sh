@@ -41,9 +41,9 @@ stack_before_cleanup() {
   wait 2>/dev/null
   if [ "$rc" -ne 0 ]; then
     echo "--- the load summaries" >&2
-    cat "$work"/chaos.json "$work"/rolling.json 2>/dev/null | head -c 20000 >&2
+    cat "$work"/chaos.json "$work"/rolling.json 2>/dev/null | head -c 20000 >&2 || true
     echo "--- errors of ingest, embedder, retriever, workers" >&2
-    "${compose[@]}" logs --no-color ingest embedder retriever workers-1 workers-2 2>&1 | grep -i '"level":"\(error\|warn\)"' | tail -40 >&2
+    "${compose[@]}" logs --no-color ingest embedder retriever workers-1 workers-2 2>&1 | grep -i '"level":"\(error\|warn\)"' | tail -40 >&2 || true
   fi
 }
 

@@ -143,7 +143,7 @@ stack_tenant() {
   "$cli" models register chat-small --base-url http://enginesim:9000/v1 --upstream sim-model || fail "models register"
   # edge-2 learns of the model through its watch of the models bucket.
   deadline=$(( $(date +%s) + 30 ))
-  until "$cli" models list --url "$edge2" 2>/dev/null | grep -q '^chat-small '; do
+  until "$cli" models list --url "$edge2" 2>/dev/null | grep '^chat-small ' >/dev/null; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "edge-2 does not list chat-small after 30s"
     sleep 1
   done

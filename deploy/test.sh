@@ -41,9 +41,9 @@ step "a document uploaded to a vector store, then searched"
 code=$(curl -sS -o "$work/file.json" -w '%{http_code}' -H "Authorization: Bearer $api_key" \
   -F purpose=assistants -F file=@internal/eval/dataset/corpus/router.md "$edge1/v1/files")
 [ "$code" = 200 ] || fail "file upload: HTTP $code: $(cat "$work/file.json")"
-file_id=$(grep -o '"id":"file-[^"]*"' "$work/file.json" | head -1 | cut -d'"' -f4)
+file_id=$(grep -o '"id":"file-[^"]*"' "$work/file.json" | sed -n 1p | cut -d'"' -f4)
 [ "$(post "$edge2/v1/vector_stores" '{"name":"support"}' "$work/vs.json")" = 200 ] || fail "vector store: $(cat "$work/vs.json")"
-vs_id=$(grep -o '"id":"vs_[^"]*"' "$work/vs.json" | head -1 | cut -d'"' -f4)
+vs_id=$(grep -o '"id":"vs_[^"]*"' "$work/vs.json" | sed -n 1p | cut -d'"' -f4)
 [ -n "$file_id" ] && [ -n "$vs_id" ] || fail "no file or vector store id"
 [ "$(post "$edge1/v1/vector_stores/$vs_id/files" "{\"file_id\":\"$file_id\"}" "$work/vsf.json")" = 200 ] || fail "add file: $(cat "$work/vsf.json")"
 deadline=$(( $(date +%s) + 120 ))
