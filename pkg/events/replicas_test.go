@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,64 @@ func waitReplicas(t *testing.T, js jetstream.JetStream, n int) {
 	}
 }
 
+// checkReads asserts how every bucket is read: with direct gets (any
+// replica answers) or through its leader.
+func checkReads(t *testing.T, js jetstream.JetStream, direct bool) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	for _, kc := range events.Buckets(events.StreamOptions{}) {
+		st, err := js.Stream(ctx, "KV_"+kc.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.AllowDirect; got != direct {
+			t.Errorf("bucket %s: allow direct %t, want %t", kc.Bucket, got, direct)
+		}
+	}
+}
+
+// TestReplicatedBucketReadsItsWrites: a write acknowledged through one node
+// of the cluster is read through each of the others at once, as an edge
+// reads a file another edge has just recorded.
+func TestReplicatedBucketReadsItsWrites(t *testing.T) {
+	b := newClusterBus(t)
+	_, ajs := b.js(t, busauth.Admin)
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := events.Ensure(ctx, ajs, events.StreamOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(t, ajs, 3)
+	var kvs []jetstream.KeyValue
+	for _, srv := range b.servers {
+		nc, err := natsutil.Connect(srv.ClientURL(), busauth.Edge, b.ids[busauth.Edge].Option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, events.BucketFiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs = append(kvs, kv)
+	}
+	for i := range 300 {
+		w := kvs[i%3]
+		key := fmt.Sprintf("t.acme.file-%d", i)
+		if _, err := w.Put(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		for j := 1; j < 3; j++ {
+			if _, err := kvs[(i+j)%3].Get(ctx, key); err != nil {
+				t.Fatalf("write %d through node %d, read through node %d: %v", i, i%3, (i+j)%3, err)
+			}
+		}
+	}
+}
+
 func allCurrent(peers []*jetstream.PeerInfo) bool {
 	for _, p := range peers {
 		if !p.Current || p.Offline {
@@ -159,6 +218,7 @@ func TestEnsureReplicasOnCluster(t *testing.T) {
 		t.Fatalf("Ensure R3 on a fresh cluster: %v", err)
 	}
 	waitReplicas(t, js, 3)
+	checkReads(t, js, false)
 	if creates, _ := calls(); creates != all {
 		t.Errorf("Ensure on a fresh cluster made %d create calls, want %d (one per stream and bucket)", creates, all)
 	}
@@ -175,6 +235,7 @@ func TestEnsureReplicasOnCluster(t *testing.T) {
 		t.Fatalf("Ensure R1 on an R3 bus: %v", err)
 	}
 	waitReplicas(t, js, 1)
+	checkReads(t, js, true)
 	if creates, updates := calls(); creates != 0 || updates != all {
 		t.Errorf("Ensure R3 -> R1 made %d create and %d update calls, want 0 and %d", creates, updates, all)
 	}
@@ -206,7 +267,7 @@ func TestEnsureRaisesR1BusToR3KeepingData(t *testing.T) {
 	if err == nil {
 		t.Fatal("a service identity's Ensure R3 on an R1 bus succeeded")
 	}
-	for _, want := range []string{"aiforge nats provision", "stream " + events.StreamUsage + " (replicas 1, declared 3)", "bucket " + events.BucketTenants + " (replicas 1, declared 3)"} {
+	for _, want := range []string{"aiforge nats provision", "stream " + events.StreamUsage + " (replicas 1, declared 3)", "bucket " + events.BucketTenants + " (replicas 1, declared 3, direct gets true, declared false)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("service Ensure error lacks %q:\n%v", want, err)
 		}
@@ -219,8 +280,14 @@ func TestEnsureRaisesR1BusToR3KeepingData(t *testing.T) {
 		t.Fatalf("Ensure R3 on an R1 bus: %v", err)
 	}
 	waitReplicas(t, js, 3)
+	checkReads(t, js, false)
 	if creates, updates := calls(); creates != 0 || updates != len(contractStreams()) {
 		t.Errorf("raising R1 to R3 made %d create and %d update calls, want 0 and %d", creates, updates, len(contractStreams()))
+	}
+	// A replicated bucket is read through its leader, so a handle bound
+	// while it had one replica (and direct gets) is bound again.
+	if kv, err = js.KeyValue(ctx, events.BucketTenants); err != nil {
+		t.Fatal(err)
 	}
 	e, err := kv.Get(ctx, "t1")
 	if err != nil || string(e.Value()) != "acme" {

@@ -133,8 +133,8 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 // called by every service at start, so start order does not matter.
 //
 // Streams are brought to the settings Streams declares. A bucket that
-// exists keeps its settings except its replicas, which Ensure brings to
-// o.Replicas (up or down: nats-server moves a stream between R1 and R3
+// exists keeps its settings except its replicas, and with them how it is
+// read (directGets), which Ensure brings to o.Replicas (up or down: nats-server moves a stream between R1 and R3
 // keeping its messages), so an R1 bus provisioned before a cluster became
 // R3 is fixed by provisioning again. Nothing that already matches is
 // updated.
@@ -200,20 +200,40 @@ func plan(ctx context.Context, js jetstream.JetStream, o StreamOptions) []change
 		}})
 	}
 	for _, kc := range Buckets(o) {
+		direct := directGets(kc.Replicas)
 		create := func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+			kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
+			if err != nil || direct {
+				return err
+			}
+			// nats.go creates every bucket with direct gets; a replicated
+			// one is then made to read from its leader.
+			st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+			if err != nil {
+				return err
+			}
+			cfg := st.CachedInfo().Config
+			cfg.AllowDirect = false
+			_, err = js.UpdateStream(ctx, cfg)
 			return err
 		}
 		cur, err := js.Stream(ctx, "KV_"+kc.Bucket)
 		switch {
-		case err == nil && cur.CachedInfo().Config.Replicas == kc.Replicas:
+		case err == nil && cur.CachedInfo().Config.Replicas == kc.Replicas && cur.CachedInfo().Config.AllowDirect == direct:
 			// Buckets keep the shape they were created with; only their
-			// replicas follow the deployment.
+			// replicas, and with them how they are read, follow the
+			// deployment.
 		case err == nil:
 			cfg := cur.CachedInfo().Config
-			diff := fmt.Sprintf("replicas %d, declared %d", cfg.Replicas, kc.Replicas)
-			cfg.Replicas = kc.Replicas
-			out = append(out, change{what: "bucket " + kc.Bucket, diff: diff, apply: func(ctx context.Context) error {
+			var diff []string
+			if cfg.Replicas != kc.Replicas {
+				diff = append(diff, fmt.Sprintf("replicas %d, declared %d", cfg.Replicas, kc.Replicas))
+			}
+			if cfg.AllowDirect != direct {
+				diff = append(diff, fmt.Sprintf("direct gets %t, declared %t", cfg.AllowDirect, direct))
+			}
+			cfg.Replicas, cfg.AllowDirect = kc.Replicas, direct
+			out = append(out, change{what: "bucket " + kc.Bucket, diff: strings.Join(diff, ", "), apply: func(ctx context.Context) error {
 				_, err := js.UpdateStream(ctx, cfg)
 				return err
 			}})
@@ -225,6 +245,16 @@ func plan(ctx context.Context, js jetstream.JetStream, o StreamOptions) []change
 	}
 	return out
 }
+
+// directGets reports whether a bucket of this many replicas is read with
+// direct gets. A direct get is answered by any replica that is nearly caught
+// up (nats-server enables it on a follower at 90% synchronised), not by the
+// leader, so on a replicated bucket it can miss a write that was already
+// acknowledged (TestReplicatedBucketReadsItsWrites: a file recorded through
+// one node was not found through another). A replicated bucket is
+// therefore read through its leader (STREAM.MSG.GET), which has applied
+// every acknowledged write; a bucket of one replica has only the leader.
+func directGets(replicas int) bool { return replicas <= 1 }
 
 // sameStream reports whether the settings Streams declares are already in
 // force.
