@@ -37,6 +37,30 @@ code=$(curl -sS -N -o "$work/stream.txt" -w '%{http_code}' -H "Authorization: Be
   [ "$(grep -v '^$' "$work/stream.txt" | tail -1)" = "data: [DONE]" ] || fail "streamed chat: unexpected stream: $(cat "$work/stream.txt")"
 grep -c '^data: ' "$work/stream.txt" | sed 's/$/ SSE frames, ending in data: [DONE]/'
 
+step "a model whose engine needs an API key: sealed by the edge, opened by both workers"
+# enginesim-keyed refuses requests without its key; the edge seals the key
+# to the stack's secrets.pub, and every worker replica must open it with the
+# one secrets.key they are all given.
+ENGINE_KEY="${AIFORGE_SIM_ENGINE_KEY:-sim-engine-key}" "$cli" models register chat-keyed \
+  --base-url http://enginesim-keyed:9000/v1 --upstream sim-model --engine-api-key-env ENGINE_KEY || fail "models register chat-keyed"
+keyed='{"model":"chat-keyed","messages":[{"role":"user","content":"Hello!"}],"max_tokens":2}'
+deadline=$(( $(date +%s) + 90 ))
+until [ "$(post "$edge1/v1/chat/completions" "$keyed" "$work/keyed.json")" = 200 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "chat-keyed: not 200 after 90s: $(cat "$work/keyed.json")"
+  sleep 1
+done
+# Both workers report the model servable (each opened the sealed key and
+# verified the engine with it).
+deadline=$(( $(date +%s) + 60 ))
+until "$cli" models status chat-keyed --json 2>/dev/null | grep '"servable_replicas": 2' >/dev/null; do
+  [ "$(date +%s)" -lt "$deadline" ] || { "$cli" models status chat-keyed >&2 || true; fail "chat-keyed: not servable on both workers after 60s"; }
+  sleep 1
+done
+for i in 1 2 3 4 5 6; do
+  [ "$(post "$edge2/v1/chat/completions" "$keyed" "$work/keyed.json")" = 200 ] || fail "chat-keyed request $i: $(cat "$work/keyed.json")"
+done
+echo "chat-keyed answered 7 of 7; servable on both workers"
+
 step "a document uploaded to a vector store, then searched"
 code=$(curl -sS -o "$work/file.json" -w '%{http_code}' -H "Authorization: Bearer $api_key" \
   -F purpose=assistants -F file=@internal/eval/dataset/corpus/router.md "$edge1/v1/files")

@@ -6,6 +6,10 @@
 #   <identity>.nk, nats-server.conf  `aiforge nats config`: one nkey seed per
 #                                    service and admin, the users and their
 #                                    permissions (public keys only)
+#   secrets.key, secrets.pub         `aiforge secrets keygen`: the key pair
+#                                    that seals engine API keys and webhook
+#                                    secrets (private: workers and batch
+#                                    only; public: the edges)
 #   cluster.conf                     the 3-node cluster: includes
 #                                    nats-server.conf, adds the routes and
 #                                    their generated password, monitoring on
@@ -20,6 +24,8 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 docker run --rm --user "$(id -u):$(id -g)" -v "$dir:/creds" "$image" \
   nats config --out /creds --store-dir /data/jetstream >/dev/null
+docker run --rm --user "$(id -u):$(id -g)" -v "$dir:/creds" "$image" \
+  secrets keygen --out /creds >/dev/null
 if [ ! -s "$dir/cluster.conf" ]; then
   pass=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   routes=""

@@ -131,6 +131,11 @@ func fixture(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(creds, "auth.conf"), []byte("authorization {\n  users: []\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for name, text := range map[string]string{"secrets.key": "test-private-key\n", "secrets.pub": "test-public-key\n"} {
+		if err := os.WriteFile(filepath.Join(creds, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return dst
 }
 
@@ -214,6 +219,7 @@ func TestBuilds(t *testing.T) {
 			checkScaling(t, o)
 			checkSandbox(t, o)
 			checkModels(t, o)
+			checkSealingKeys(t, o)
 		})
 	}
 }
@@ -242,6 +248,88 @@ func checkSecrets(t *testing.T, o *objects) {
 	if _, ok := o.secrets["nats-auth"]; !ok {
 		t.Error("no Secret nats-auth (the NATS servers' authorization block)")
 	}
+}
+
+// checkSealingKeys: the replicas of the workers and the batch service open
+// what any edge sealed, so each is given the one private key of the Secret
+// aiforge-secrets-key (AIFORGE_SECRETS_KEY_FILE into its mount), never a
+// key generated in its own data dir; the edges get only the public key;
+// no other container mounts the private key.
+func checkSealingKeys(t *testing.T, o *objects) {
+	for _, name := range []string{"aiforge-secrets-key", "aiforge-secrets-pub"} {
+		if _, ok := o.secrets[name]; !ok {
+			t.Errorf("no Secret %s", name)
+		}
+	}
+	for what, tpl := range podSpecs(o) {
+		spec := tpl.Spec
+		for _, c := range spec.Containers {
+			where := what + " container " + c.Name
+			target := ""
+			if isAiforge(c) && len(c.Args) >= 2 && c.Args[0] == "run" {
+				target = c.Args[1]
+			}
+			keyFile, keySecret := sealingFile(spec, c, "AIFORGE_SECRETS_KEY_FILE")
+			pubFile, pubSecret := sealingFile(spec, c, "AIFORGE_SECRETS_PUBLIC_KEY_FILE")
+			mountsKey := mountsSecret(spec, c, "aiforge-secrets-key")
+			switch target {
+			case "workers", "batch":
+				if keySecret != "aiforge-secrets-key" {
+					t.Errorf("%s: AIFORGE_SECRETS_KEY_FILE %q is not in a mount of Secret aiforge-secrets-key (%q)", where, keyFile, keySecret)
+				}
+			case "edge":
+				if pubSecret != "aiforge-secrets-pub" {
+					t.Errorf("%s: AIFORGE_SECRETS_PUBLIC_KEY_FILE %q is not in a mount of Secret aiforge-secrets-pub (%q)", where, pubFile, pubSecret)
+				}
+				if mountsKey || keyFile != "" {
+					t.Errorf("%s: the edge is given the private secrets key", where)
+				}
+			default:
+				if mountsKey || keyFile != "" {
+					t.Errorf("%s (target %q): given the private secrets key, which only the workers and batch hold", where, target)
+				}
+			}
+		}
+	}
+}
+
+// sealingFile is the value of env in c and the Secret whose mount holds
+// that path ("" when none).
+func sealingFile(spec corev1.PodSpec, c corev1.Container, env string) (file, secret string) {
+	for _, e := range c.Env {
+		if e.Name == env {
+			file = e.Value
+		}
+	}
+	if file == "" {
+		return "", ""
+	}
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				for _, it := range v.Secret.Items {
+					if filepath.Join(m.MountPath, it.Path) == file {
+						return file, v.Secret.SecretName
+					}
+				}
+			}
+		}
+	}
+	return file, ""
+}
+
+func mountsSecret(spec corev1.PodSpec, c corev1.Container, secret string) bool {
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secret {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // podSpecs are the pod templates of every Deployment and StatefulSet.

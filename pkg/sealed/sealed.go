@@ -193,8 +193,10 @@ func (k *PrivateKey) Open(sealedValue, context string) ([]byte, error) {
 }
 
 // LoadPrivateKeyFile reads a private key file. It also reports whether
-// the file can be read by others than its owner (mode beyond 0600), which
-// callers should warn about.
+// the file can be read by every user (any permission for others), which
+// callers should warn about. Group read is not: a Kubernetes Secret volume
+// gives a pod that runs as non-root its files that way (mode 0440, group
+// fsGroup).
 func LoadPrivateKeyFile(path string) (key *PrivateKey, tooOpen bool, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -209,7 +211,7 @@ func LoadPrivateKeyFile(path string) (key *PrivateKey, tooOpen bool, err error) 
 	if err != nil {
 		return nil, false, fmt.Errorf("sealed: %w", err)
 	}
-	return k, st.Mode().Perm()&0o077 != 0, nil
+	return k, st.Mode().Perm()&0o007 != 0, nil
 }
 
 // LoadPublicKeyFile reads a public key file.

@@ -123,6 +123,13 @@ func TestLoadOrCreate(t *testing.T) {
 	if _, tooOpen, err := sealed.LoadPrivateKeyFile(path); err != nil || !tooOpen {
 		t.Fatalf("mode 0644: tooOpen %v, %v", tooOpen, err)
 	}
+	// A Kubernetes Secret volume's mode for a non-root pod.
+	if err := os.Chmod(path, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if _, tooOpen, err := sealed.LoadPrivateKeyFile(path); err != nil || tooOpen {
+		t.Fatalf("mode 0440: tooOpen %v, %v", tooOpen, err)
+	}
 }
 
 func TestParseKeys(t *testing.T) {
