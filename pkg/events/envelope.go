@@ -138,6 +138,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope
 	return ack, nil
 }
 
+// PublishAttemptTimeout bounds the wait for one acknowledgement in
+// PublishRetry.
+var PublishAttemptTimeout = 5 * time.Second
+
 // PublishRetry is Publish retried with backoff (50 ms doubling to 1 s)
 // until it is acknowledged, the event is invalid, or ctx ends: what a
 // publisher that must not lose an event does while a stream elects a new
@@ -145,10 +149,17 @@ func Publish(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope
 // cluster that lost a node takes seconds). The envelope id makes a retry
 // that was in fact stored the first time a duplicate, stored once. It
 // returns the last error and the number of attempts.
+//
+// Each attempt waits at most PublishAttemptTimeout for its
+// acknowledgement: a publish that reached a leader which then lost its
+// node is never answered, and one attempt waiting out all of ctx (as it
+// did, for 30 s, in deploy/chaos.sh) is an event lost.
 func PublishRetry(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope) (*jetstream.PubAck, int, error) {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		ack, err := Publish(ctx, js, ev, env)
+		actx, cancel := context.WithTimeout(ctx, PublishAttemptTimeout)
+		ack, err := Publish(actx, js, ev, env)
+		cancel()
 		if err == nil || errors.Is(err, ErrInvalid) || ctx.Err() != nil {
 			return ack, attempt, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +227,64 @@ func TestNewRegistryRejectsNonPointer(t *testing.T) {
 		}
 	}()
 	NewRegistry(func() Event { return UsageRecordedV1{} })
+}
+
+// TestPublishRetryBoundsEachAttempt: a publish that is never acknowledged
+// (it reached a leader that then lost its node) is given up after
+// PublishAttemptTimeout and sent again, within the caller's deadline,
+// instead of waiting out the whole deadline on the first attempt.
+func TestPublishRetryBoundsEachAttempt(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s, "publisher")
+	rc := natstest.Conn(t, s, "stream")
+	// A stand-in for the stream: it drops the first publish of the event and
+	// acknowledges the second.
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	sub, err := rc.Subscribe(usage(1).Subject(), func(m *nats.Msg) {
+		mu.Lock()
+		seen = append(seen, m.Header.Get(jetstream.MsgIDHeader))
+		n := len(seen)
+		mu.Unlock()
+		if n == 1 {
+			return
+		}
+		_ = m.Respond([]byte(`{"stream":"USAGE","seq":1}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := PublishAttemptTimeout
+	PublishAttemptTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { PublishAttemptTimeout = was })
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ack, attempts, err := PublishRetry(ctx, js, usage(1), Envelope{ID: "req-1", Source: "test"})
+	if err != nil {
+		t.Fatalf("PublishRetry: %v after %d attempts", err, attempts)
+	}
+	if attempts != 2 || ack.Sequence != 1 {
+		t.Fatalf("PublishRetry: %d attempts, ack %+v; want the second attempt acknowledged", attempts, ack)
+	}
+	// Both attempts carry the same message id: a stored first attempt is a
+	// duplicate the stream drops.
+	if err := rc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != "req-1" || seen[1] != "req-1" {
+		t.Fatalf("the stream saw message ids %q, want req-1 twice", seen)
+	}
 }
