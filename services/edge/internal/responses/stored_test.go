@@ -380,3 +380,44 @@ func TestPromptsAPI(t *testing.T) {
 		t.Fatalf("a deleted prompt resolved: %v", e)
 	}
 }
+
+// A turn names its prompt for the worker's usage and the span, echoes it
+// in the response, and refuses (never cuts) a conversation over the limit.
+func TestTurnFieldsAndLimit(t *testing.T) {
+	tr := &turn{store: true, previous: "resp_prev", prior: []storedItem{{Role: "user", Content: "earlier"}},
+		prompt: &resolved{ID: "pmpt_1", Version: "3", echo: map[string]any{"id": "pmpt_1", "version": "3", "variables": map[string]any{}}}}
+	if b := tr.bridge(); b["Aiforge-Prompt-Id"] != "pmpt_1" || b["Aiforge-Prompt-Version"] != "3" {
+		t.Fatalf("bridge %v", b)
+	}
+	attrs := map[string]string{}
+	for _, a := range tr.attributes() {
+		attrs[string(a.Key)] = a.Value.AsString()
+	}
+	if attrs["aiforge.prompt.id"] != "pmpt_1" || attrs["aiforge.prompt.version"] != "3" || attrs["aiforge.previous_response_id"] != "resp_prev" {
+		t.Fatalf("attributes %v", attrs)
+	}
+	f := tr.fields()
+	if f["previous_response_id"] != "resp_prev" || f["store"] != true || f["prompt"].(map[string]any)["version"] != "3" {
+		t.Fatalf("fields %v", f)
+	}
+	if e := tr.fits(100, 100); e != nil {
+		t.Fatalf("a body at the limit: %v", e)
+	}
+	if e := tr.fits(101, 100); e == nil || e.Code != contracts.CodeConversationTooLarge || e.Param != "previous_response_id" {
+		t.Fatalf("a chain over the limit: %+v", e)
+	}
+	plain := &turn{}
+	if plain.bridge() != nil || len(plain.attributes()) != 0 || plain.fits(1<<30, 100) != nil {
+		t.Fatal("a plain turn adds something")
+	}
+	if f := plain.fields(); f["previous_response_id"] != nil || f["prompt"] != nil || f["store"] != false {
+		t.Fatalf("plain fields %v", f)
+	}
+	out := outputMessages(map[string]any{"output": []map[string]any{
+		{"type": "file_search_call", "id": "fs_1"},
+		{"type": "message", "id": "msg_1", "content": []map[string]any{{"type": "output_text", "text": "answer"}}},
+	}})
+	if len(out) != 1 || out[0].ID != "msg_1" || out[0].Role != "assistant" || out[0].Content != "answer" {
+		t.Fatalf("output messages %+v", out)
+	}
+}
