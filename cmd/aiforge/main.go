@@ -47,7 +47,7 @@ func newRoot() *cobra.Command {
 		// an error, not a silent fallback to the default.
 		PersistentPreRunE: func(*cobra.Command, []string) error { return checkEnv() },
 	}
-	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), routersCmd(), cacheCmd(), usageCmd(), batchesCmd(), sandboxCmd(), containersCmd(), evalCmd(), enginesimCmd(), benchCmd(), loadgenCmd(), natsCmd(), secretsCmd(), parseCmd(), healthcheckCmd())
+	root.AddCommand(upCmd(), runCmd(), tenantsCmd(), keysCmd(), modelsCmd(), routersCmd(), cacheCmd(), promptsCmd(), usageCmd(), batchesCmd(), sandboxCmd(), containersCmd(), evalCmd(), enginesimCmd(), benchCmd(), loadgenCmd(), natsCmd(), secretsCmd(), parseCmd(), healthcheckCmd())
 	return root
 }
 

@@ -42,6 +42,7 @@ type serveFlags struct {
 	cooldownN                     int
 	cooldown                      time.Duration
 	retention                     time.Duration
+	responsesRetention            time.Duration
 	dedup                         time.Duration
 	replicas                      int
 	hubURL                        string
@@ -79,6 +80,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.classifierMode, "admission-classifier-mode", env("AIFORGE_ADMISSION_CLASSIFIER_MODE", "max"), "edge: with --admission-classifier-url: max (the higher score of both per category) or external_only")
 	c.Flags().DurationVar(&f.holdTTL, "reservation-ttl", envDuration("AIFORGE_RESERVATION_TTL", 15*time.Minute), "edge: how long a hard budget's reservation counts when its request never settles (an edge or worker killed mid-request); must exceed the longest request")
 	c.Flags().DurationVar(&f.retention, "usage-retention", 0, "how long raw usage events are kept (0 = forever; the audit replays them)")
+	c.Flags().DurationVar(&f.responsesRetention, "responses-retention", envDuration("AIFORGE_RESPONSES_RETENTION", 30*24*time.Hour), "edge: how long a stored response (/v1/responses with store true) can be read and chained onto")
 	c.Flags().DurationVar(&f.dedup, "usage-dedup-horizon", usage.DefaultDedupHorizon, "usage: how long, in event time, the ledger remembers event ids to drop duplicates (memory: about 47 bytes per request in it)")
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
@@ -143,6 +145,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.CooldownFailures = f.cooldownN
 	o.Edge.Cooldown = f.cooldown
 	o.Edge.Streams.UsageMaxAge = f.retention
+	o.Edge.ResponsesRetention = f.responsesRetention
 	o.Usage.DedupHorizon = f.dedup
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace

@@ -70,16 +70,21 @@ const (
 	// HdrRouter and HdrRouteClass name the router and route class a
 	// request went through; the worker reports them in its usage
 	// (events.UsageRecordedV4).
-	HdrRouter      = "Aiforge-Router"
-	HdrRouteClass  = "Aiforge-Route-Class"
-	HdrStatus      = "Aiforge-Status"
-	HdrCode        = "Aiforge-Code"
-	HdrRetryable   = "Aiforge-Retryable"
-	HdrControl     = "Aiforge-Control"
-	HdrCredit      = "Aiforge-Credit"
-	HdrContentType = "Content-Type"
-	HdrTraceParent = "traceparent"
-	HdrTraceState  = "tracestate"
+	HdrRouter     = "Aiforge-Router"
+	HdrRouteClass = "Aiforge-Route-Class"
+	// HdrPromptID and HdrPromptVersion name the stored prompt template
+	// and the version a request was made from; the worker reports them in
+	// its usage (events.UsageRecordedV5).
+	HdrPromptID      = "Aiforge-Prompt-Id"
+	HdrPromptVersion = "Aiforge-Prompt-Version"
+	HdrStatus        = "Aiforge-Status"
+	HdrCode          = "Aiforge-Code"
+	HdrRetryable     = "Aiforge-Retryable"
+	HdrControl       = "Aiforge-Control"
+	HdrCredit        = "Aiforge-Credit"
+	HdrContentType   = "Content-Type"
+	HdrTraceParent   = "traceparent"
+	HdrTraceState    = "tracestate"
 )
 
 // Frame kinds.

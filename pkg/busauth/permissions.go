@@ -200,6 +200,7 @@ func table() map[string]Permissions {
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
 		kvWrite(events.BucketBatches, events.BucketBatchQueues).
 		kvWrite(events.BucketRouters, events.BucketSemanticCache).
+		kvWrite(events.BucketResponses, events.BucketPrompts).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
 		kvRead(events.BucketWorkers, events.BucketContainers).
@@ -221,7 +222,7 @@ func table() map[string]Permissions {
 	worker := (&grant{}).inbox(Worker).streamInfo().
 		s(inferAll, embedAll, batchInferAll, inferCtlAll).
 		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever), bridgeReplies(Batch)).
-		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3), ev(events.TypeUsageRecordedV4)).
+		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3), ev(events.TypeUsageRecordedV4), ev(events.TypeUsageRecordedV5)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).
 		kvWrite(events.BucketWorkers)
 	put(Worker, worker, &Responses{MaxMsgs: 1, Expires: 2 * time.Minute})

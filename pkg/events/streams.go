@@ -121,6 +121,8 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		mk(BucketContainers, "agent code containers per tenant: status, expiry, files, the replica running each"),
 		mk(BucketRouters, "routers: route classes with their examples and the model or tool of each"),
 		{Bucket: BucketSemanticCache, Description: "cached answers per tenant and model, each with its own TTL", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour, LimitMarkerTTL: time.Minute},
+		{Bucket: BucketResponses, Description: "stored responses per tenant: the response, its input items, the conversation before it; a TTL per key", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, LimitMarkerTTL: time.Minute},
+		mk(BucketPrompts, "prompt templates per tenant: versions and labels (production, staging, A/B weights)"),
 		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),
 		{Bucket: BucketPulls, Description: "hub pulls: their commit, catalog version or failure, kept a week", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},

@@ -66,6 +66,9 @@ const (
 	// TypeUsageRecordedV4 is UsageRecordedV4, keyed by tenant: a request
 	// with an admission verdict, a route class or a cache hit.
 	TypeUsageRecordedV4 = "aiforge.usage.recorded.v4"
+	// TypeUsageRecordedV5 is UsageRecordedV5, keyed by tenant: a request
+	// made from a stored prompt template (the prompt and version used).
+	TypeUsageRecordedV5 = "aiforge.usage.recorded.v5"
 
 	// TypeSandboxUsageV1 is SandboxUsageV1, keyed by tenant: the seconds
 	// and memory one sandbox exec used.
@@ -337,6 +340,15 @@ const (
 	// (registry.CachePolicy), keyed by tenant and model first, each with
 	// its own TTL.
 	BucketSemanticCache = "aiforge_semantic_cache"
+	// BucketResponses holds stored Responses API responses per tenant
+	// (the response object, its input items and the conversation before
+	// it, for previous_response_id), each with its own TTL (the edge's
+	// retention), large ones split in chunks.
+	BucketResponses = "aiforge_responses"
+	// BucketPrompts holds prompt templates per tenant: each prompt with
+	// its labels (production, staging, weighted for A/B tests) and each of
+	// its versions.
+	BucketPrompts = "aiforge_prompts"
 )
 
 // WorkerStateTTL is how long a worker replica's state lives in

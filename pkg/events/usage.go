@@ -207,6 +207,37 @@ func (u UsageRecordedV4) Validate() error {
 	return errors.Join(errs...)
 }
 
+// MaxPromptRef bounds UsageRecordedV5's prompt id and version.
+const MaxPromptRef = 128
+
+// UsageRecordedV5 is UsageRecordedV4 plus the stored prompt template a
+// request was made from (POST /v1/responses with "prompt"): its id and the
+// version used, after labels and A/B weights chose it. Its JSON is V4's
+// fields, flat, plus "prompt_id" and "prompt_version".
+type UsageRecordedV5 struct {
+	UsageRecordedV4
+	PromptID      string `json:"prompt_id"`
+	PromptVersion string `json:"prompt_version"`
+}
+
+// EventType implements Event.
+func (UsageRecordedV5) EventType() string { return TypeUsageRecordedV5 }
+
+// Subject implements Event.
+func (u UsageRecordedV5) Subject() string { return Subject(TypeUsageRecordedV5, u.Tenant) }
+
+// Validate implements Event.
+func (u UsageRecordedV5) Validate() error {
+	errs := []error{u.UsageRecordedV4.Validate()}
+	if u.PromptID == "" || u.PromptVersion == "" {
+		errs = append(errs, errors.New("prompt_id and prompt_version are required"))
+	}
+	if len(u.PromptID) > MaxPromptRef || len(u.PromptVersion) > MaxPromptRef {
+		errs = append(errs, fmt.Errorf("prompt_id and prompt_version must be at most %d bytes", MaxPromptRef))
+	}
+	return errors.Join(errs...)
+}
+
 // AdmissionVerdictV1 is one admission decision: what the classifier found
 // in a request and what the edge did. It never carries prompt text. Its
 // envelope id is the request id.

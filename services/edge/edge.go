@@ -142,6 +142,10 @@ type Config struct {
 	// PII finds and masks personal data in prompts for the policies that
 	// ask (default guard.MaskPII).
 	PII func(text string) (masked string, kinds []string)
+	// ResponsesRetention is how long a stored response (POST /v1/responses
+	// with store true, the default) can be read and chained onto; each
+	// expires on its own. Default 30 days (responses.DefaultRetention).
+	ResponsesRetention time.Duration
 }
 
 // DefaultBatchWindow is the batch window unless configured.
@@ -158,7 +162,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
 	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.Cooldown < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
-		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 || c.BatchWindow < 0 {
+		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 || c.BatchWindow < 0 || c.ResponsesRetention < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -406,7 +410,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	}
 	kvs := map[string]jetstream.KeyValue{}
 	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles,
-		events.BucketBatches, events.BucketBatchQueues, events.BucketSemanticCache} {
+		events.BucketBatches, events.BucketBatchQueues, events.BucketSemanticCache, events.BucketResponses, events.BucketPrompts} {
 		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b, err)
 		}
@@ -450,7 +454,8 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 
 	s.healthRoutes(d.mux)
 	d.inference.Routes(d.mux)
-	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors, Sandbox: sandboxes}).Routes(d.mux)
+	responses.New(responses.Deps{Inference: d.inference, Search: d.vectors, Sandbox: sandboxes,
+		Responses: kvs[events.BucketResponses], Prompts: kvs[events.BucketPrompts], Retention: s.cfg.ResponsesRetention}).Routes(d.mux)
 	moderations.New(moderations.Deps{Classifier: s.cfg.Classifier, Keys: d.dir, Tenants: d.dir.Tenant, MaxBody: s.maxBody(),
 		Logger: s.log, Metrics: s.modMetrics}).Routes(d.mux)
 	fileAPI.Routes(d.mux)

@@ -14,6 +14,7 @@ import (
 // until the next call. It knows the usage event types the ledger folds:
 // UsageRecordedV1, V2, V3 (batch lines), V4 (with an admission verdict,
 // a route class or a cache hit: folded exactly as V3, which it extends),
+// V5 (V4 with the prompt template used: folded as V3 too),
 // UsageCorrectedV1 and SandboxUsageV1; any other type is ignored.
 type decoder struct {
 	rec events.UsageRecordedV3 // V1 and V2 decode into its embedded parts; V4 into it and ext
@@ -41,7 +42,7 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 		id = h.Get(nats.MsgIdHdr)
 	}
 	switch typ {
-	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2, events.TypeUsageRecordedV3, events.TypeUsageRecordedV4:
+	case events.TypeUsageRecordedV1, events.TypeUsageRecordedV2, events.TypeUsageRecordedV3, events.TypeUsageRecordedV4, events.TypeUsageRecordedV5:
 		res := d.rec.Reservations[:0]
 		reset := func() { d.rec = events.UsageRecordedV3{UsageRecordedV2: events.UsageRecordedV2{Reservations: res}} }
 		reset()
@@ -55,26 +56,37 @@ func (d *decoder) decode(h nats.Header, data []byte) (id string, ev events.Event
 			version, target, ev = 3, &d.rec, &d.rec
 		case events.TypeUsageRecordedV4:
 			version, ev = 4, &d.rec
+		case events.TypeUsageRecordedV5:
+			version, ev = 5, &d.rec
 		}
 		d.ext = v4Fields{}
 		if !fastDecodeRecorded(data, &d.rec, version, &d.in, &d.ext) {
 			reset()
 			d.ext = v4Fields{}
-			if version == 4 {
-				var v4 events.UsageRecordedV4
-				if err := json.Unmarshal(data, &v4); err != nil {
+			if version >= 4 {
+				var v5 events.UsageRecordedV5
+				if err := json.Unmarshal(data, &v5); err != nil {
 					return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 				}
+				v4 := v5.UsageRecordedV4
 				d.rec = v4.UsageRecordedV3
 				d.ext = v4Fields{AdmissionAction: v4.AdmissionAction, AdmissionCategory: v4.AdmissionCategory, AdmissionScore: v4.AdmissionScore,
 					Router: v4.Router, RouteClass: v4.RouteClass, Cache: v4.Cache}
+				if version == 5 {
+					d.ext.PromptID, d.ext.PromptVersion = v5.PromptID, v5.PromptVersion
+				}
 			} else if err := json.Unmarshal(data, target); err != nil {
 				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 			}
 		}
-		if version == 4 {
+		switch version {
+		case 4:
 			// V4's own checks; the fold then reads it as the V3 it extends.
 			if err := d.ext.v4(d.rec).Validate(); err != nil {
+				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
+			}
+		case 5:
+			if err := (events.UsageRecordedV5{UsageRecordedV4: d.ext.v4(d.rec), PromptID: d.ext.PromptID, PromptVersion: d.ext.PromptVersion}).Validate(); err != nil {
 				return id, nil, decodedInvalid, fmt.Errorf("%s: %w", typ, err)
 			}
 		}

@@ -254,11 +254,13 @@ func (s *scanner) reservations(dst []events.Reservation) ([]events.Reservation, 
 	}
 }
 
-// v4Fields are the fields UsageRecordedV4 adds to V3.
+// v4Fields are the fields UsageRecordedV4 adds to V3, and those V5 adds
+// to V4.
 type v4Fields struct {
 	AdmissionAction, AdmissionCategory string
 	AdmissionScore                     float64
 	Router, RouteClass, Cache          string
+	PromptID, PromptVersion            string
 }
 
 func (x *v4Fields) field(s *scanner, name string) (ok bool) {
@@ -275,6 +277,10 @@ func (x *v4Fields) field(s *scanner, name string) (ok bool) {
 		x.RouteClass, ok = s.intern()
 	case "cache":
 		x.Cache, ok = s.intern()
+	case "prompt_id":
+		x.PromptID, ok = s.intern()
+	case "prompt_version":
+		x.PromptVersion, ok = s.intern()
 	}
 	return ok
 }
@@ -285,9 +291,9 @@ func (x v4Fields) v4(u events.UsageRecordedV3) events.UsageRecordedV4 {
 		AdmissionScore: x.AdmissionScore, Router: x.Router, RouteClass: x.RouteClass, Cache: x.Cache}
 }
 
-// fastDecodeRecorded decodes a UsageRecordedV1, V2, V3 or V4 body (version
-// 1 to 4) into u (which the caller has reset, keeping Reservations'
-// capacity), and V4's own fields into x (version 4 only); the fields a
+// fastDecodeRecorded decodes a UsageRecordedV1, V2, V3, V4 or V5 body
+// (version 1 to 5) into u (which the caller has reset, keeping Reservations'
+// capacity), and V4's and V5's own fields into x (version 4 and 5); the fields a
 // version does not have are unknown fields. It reports false when the body
 // needs encoding/json.
 func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in *interner, x *v4Fields) bool {
@@ -358,6 +364,11 @@ func fastDecodeRecorded(data []byte, u *events.UsageRecordedV3, version int, in 
 			u.BatchID, ok = s.intern()
 		case "admission_action", "admission_category", "admission_score", "router", "route_class", "cache":
 			if version < 4 || x == nil {
+				return false
+			}
+			ok = x.field(&s, string(k))
+		case "prompt_id", "prompt_version":
+			if version < 5 || x == nil {
 				return false
 			}
 			ok = x.field(&s, string(k))

@@ -151,6 +151,10 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		return
 	}
 	v2 := events.UsageRecordedV2{UsageRecordedV1: ev, Reservations: c.Req.Reservations}
+	if v5, ok := usageV5(c.Req, v2); ok {
+		s.publishUsage(v5, ev, env)
+		return
+	}
 	if v4, ok := usageV4(c.Req, v2); ok {
 		s.publishUsage(v4, ev, env)
 		return
@@ -193,6 +197,25 @@ func usageV4(req *bridge.Request, v2 events.UsageRecordedV2) (events.UsageRecord
 		return events.UsageRecordedV4{}, false // nothing valid to add
 	}
 	return v4, true
+}
+
+// usageV5 is the request's usage as events.UsageRecordedV5 when the edge
+// named the stored prompt template (and version) it was made from; the
+// admission, route and batch fields as V4 would have them.
+func usageV5(req *bridge.Request, v2 events.UsageRecordedV2) (events.UsageRecordedV5, bool) {
+	h := req.Header
+	id, version := h.Get(bridge.HdrPromptID), h.Get(bridge.HdrPromptVersion)
+	if id == "" || version == "" || len(id) > events.MaxPromptRef || len(version) > events.MaxPromptRef {
+		return events.UsageRecordedV5{}, false
+	}
+	v4, ok := usageV4(req, v2)
+	if !ok {
+		v4 = events.UsageRecordedV4{UsageRecordedV3: events.UsageRecordedV3{UsageRecordedV2: v2}}
+		if req.Family == bridge.FamilyBatch {
+			v4.Batch, v4.BatchID = true, h.Get(bridge.HdrBatchID)
+		}
+	}
+	return events.UsageRecordedV5{UsageRecordedV4: v4, PromptID: id, PromptVersion: version}, true
 }
 
 // publishUsage publishes a usage event (events.UsageRecordedV2, or V3 for

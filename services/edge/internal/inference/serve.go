@@ -51,6 +51,9 @@ type Call struct {
 	// Bridge are headers for the worker (the admission verdict, the route
 	// class: bridge.HdrAdmissionAction, HdrRouter...).
 	Bridge map[string]string
+	// Attributes are added to the request's span (the Responses API's
+	// prompt template and version).
+	Attributes []attribute.KeyValue
 	// requestID, when set by admission, is the request's id.
 	requestID string
 }
@@ -262,6 +265,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 			attribute.String("aiforge.request_id", reqID),
 		))
 	defer span.End()
+	span.SetAttributes(c.Attributes...)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/sandbox"
 	"github.com/aiforge/aiforge/services/edge/internal/containers"
-	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/inference"
 )
 
@@ -216,8 +216,9 @@ type codeLoop struct {
 }
 
 // runCode is the code interpreter's path through the handler.
-func (s *Service) runCode(w http.ResponseWriter, r *http.Request, key *registry.Key, req *responsesRequest, chat []chatMessage, segs []guard.Segment,
-	rw *renderer, tool *codeTool, start time.Time) {
+func (s *Service) runCode(w http.ResponseWriter, r *http.Request, base inference.Call, req *responsesRequest, chat []chatMessage,
+	rw *renderer, tool *codeTool) {
+	key, segs, start := base.Key, base.Segments, base.Start
 	if s.d.Sandbox == nil {
 		contracts.Write(w, containers.ErrSandboxUnavailable())
 		return
@@ -256,8 +257,9 @@ func (s *Service) runCode(w http.ResponseWriter, r *http.Request, key *registry.
 		if req.MaxOutputTokens != nil {
 			p.MaxTokens = *req.MaxOutputTokens
 		}
-		cc, ok := l.generate(inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
-			Request: p, Body: chatBody, Start: start, Segments: segs})
+		call := base
+		call.Request, call.Body, call.Segments, call.Bridge = p, chatBody, segs, maps.Clone(base.Bridge)
+		cc, ok := l.generate(call)
 		if !ok {
 			return
 		}
@@ -496,7 +498,7 @@ func (l *codeLoop) finish(text string) {
 		}
 		output = append(output, l.items...)
 		output = append(output, l.rw.message(text, "completed"))
-		httpapi.WriteJSON(l.w, http.StatusOK, l.rw.response("completed", output, usage.asMap()))
+		l.rw.final(l.w, l.rw.response("completed", output, usage.asMap()))
 		return
 	}
 	l.open()

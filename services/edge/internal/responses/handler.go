@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/guard"
@@ -24,16 +26,50 @@ type Deps struct {
 	// Sandbox runs the code_interpreter tool's code; nil: the tool answers
 	// 503 sandbox_unavailable.
 	Sandbox *containers.Client
+	// Responses keeps stored responses (events.BucketResponses), Prompts
+	// the prompt templates (events.BucketPrompts); nil: a request that
+	// stores or chains, or names a prompt, answers 503.
+	Responses jetstream.KeyValue
+	Prompts   jetstream.KeyValue
+	// Retention is how long a stored response is kept; default
+	// DefaultRetention.
+	Retention time.Duration
+	// Now is the clock of prompt records (tests); default time.Now.
+	Now func() time.Time
 }
 
 // Service is the Responses API.
-type Service struct{ d Deps }
+type Service struct {
+	d       Deps
+	store   *store
+	prompts *prompts
+}
 
 // New builds the Responses API.
-func New(d Deps) *Service { return &Service{d: d} }
+func New(d Deps) *Service {
+	if d.Retention <= 0 {
+		d.Retention = DefaultRetention
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	s := &Service{d: d, prompts: &prompts{kv: d.Prompts, now: d.Now}}
+	if d.Responses != nil {
+		s.store = &store{kv: d.Responses, ttl: d.Retention}
+	}
+	return s
+}
 
-// Routes mounts POST /v1/responses.
-func (s *Service) Routes(mux *http.ServeMux) { mux.HandleFunc("POST /v1/responses", s.responses) }
+// Routes mounts POST /v1/responses, the stored responses
+// (GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items)
+// and the prompt templates (/v1/prompts).
+func (s *Service) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/responses", s.responses)
+	mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.deleteResponse)
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", s.inputItems)
+	s.prompts.routes(mux, s.d.Inference.Authenticate)
+}
 
 func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -55,10 +91,13 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("model", contracts.CodeMissingParam, "Missing required parameter: 'model'."))
 		return
 	}
-	msgs, err := inputMessages(req.Input)
-	if err != nil {
-		contracts.Write(w, contracts.ErrBadRequest("input", contracts.CodeInvalidRequest, "Invalid 'input': "+err.Error()))
-		return
+	var msgs []chatMessage
+	if req.Prompt == nil || len(req.Input) > 0 && string(req.Input) != "null" {
+		var err error
+		if msgs, err = inputMessages(req.Input); err != nil {
+			contracts.Write(w, contracts.ErrBadRequest("input", contracts.CodeInvalidRequest, "Invalid 'input': "+err.Error()))
+			return
+		}
 	}
 	// The model is checked before retrieval, so a refused request costs no
 	// search; Generate checks it again with the rest of admission.
@@ -74,6 +113,14 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrModelNotAllowed(req.Model))
 		return
 	}
+
+	id := "resp_" + events.NewID()[:24]
+	turn, e := s.prepare(r.Context(), key.Tenant, &req, id, msgs)
+	if e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	msgs = turn.msgs
 
 	// Retrieval.
 	question := ""
@@ -129,8 +176,8 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Prompt assembly: numbered sources the model is asked to cite.
-	chat := make([]chatMessage, 0, len(msgs)+1)
-	sys := req.Instructions
+	chat := make([]chatMessage, 0, len(turn.prior)+len(msgs)+1)
+	sys := turn.instructions
 	if searched {
 		var b strings.Builder
 		if sys != "" {
@@ -149,6 +196,9 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	if sys != "" {
 		chat = append(chat, chatMessage{Role: "system", Content: sys})
 	}
+	for _, it := range turn.prior {
+		chat = append(chat, chatMessage{Role: it.Role, Content: it.Content})
+	}
 	chat = append(chat, msgs...)
 	cbody := map[string]any{"model": req.Model, "messages": chat, "stream": req.Stream}
 	if req.MaxOutputTokens != nil {
@@ -161,6 +211,10 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		cbody["stream_options"] = map[string]any{"include_usage": true}
 	}
 	chatBody, _ := json.Marshal(cbody)
+	if e := turn.fits(len(chatBody), s.d.Inference.MaxBody()); e != nil {
+		contracts.Write(w, e)
+		return
+	}
 	p := inference.Request{Model: req.Model, Stream: req.Stream, IncludeUsage: req.Stream, InputBytes: int64(len(chatBody)), MaxTokensParam: "max_output_tokens"}
 	if req.MaxOutputTokens != nil {
 		p.MaxTokens = *req.MaxOutputTokens
@@ -174,12 +228,15 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	// Admission judges the retrieved chunks as documents (indirect
 	// injection), apart from the instructions and the input.
-	segs := make([]guard.Segment, 0, len(msgs)+len(results)+1)
-	if req.Instructions != "" {
-		segs = append(segs, guard.Segment{Role: "system", Source: guard.SourceMessage, Text: req.Instructions})
+	segs := make([]guard.Segment, 0, len(turn.prior)+len(msgs)+len(results)+1)
+	if turn.instructions != "" {
+		segs = append(segs, guard.Segment{Role: "system", Source: guard.SourceMessage, Text: turn.instructions})
 	}
 	for _, res := range results {
 		segs = append(segs, guard.Segment{Source: guard.SourceDocument, Text: fmt.Sprint(res.Text())})
+	}
+	for _, it := range turn.prior {
+		segs = append(segs, guard.Segment{Role: it.Role, Source: guard.SourceMessage, Text: it.Content})
 	}
 	for _, m := range msgs {
 		src := guard.SourceMessage
@@ -188,14 +245,17 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		}
 		segs = append(segs, guard.Segment{Role: m.Role, Source: src, Text: m.Content})
 	}
-	rw := &renderer{model: req.Model, id: "resp_" + events.NewID()[:24], created: start.Unix(),
-		results: results, searched: searched, includeResults: includeResults, query: question}
+	rw := &renderer{model: req.Model, id: id, created: start.Unix(),
+		results: results, searched: searched, includeResults: includeResults, query: question,
+		extra: turn.fields(), keep: s.keeper(key.Tenant, id, start, turn)}
+	call := inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
+		Start: start, Segments: segs, Bridge: turn.bridge(), Attributes: turn.attributes()}
 	if code != nil {
-		s.runCode(w, r, key, &req, chat, segs, rw, code, start)
+		s.runCode(w, r, call, &req, chat, rw, code)
 		return
 	}
-	s.d.Inference.Generate(w, r, inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
-		Request: p, Body: chatBody, Start: start, Segments: segs}, rw)
+	call.Request, call.Body = p, chatBody
+	s.d.Inference.Generate(w, r, call, rw)
 }
 
 // readBody reads a request body within the edge's limit.

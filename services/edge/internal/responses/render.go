@@ -22,6 +22,11 @@ type renderer struct {
 	searched       bool
 	includeResults bool
 	query          string
+	// extra are fields of the response object beyond the answer's
+	// (previous_response_id, prompt, store: stored.go).
+	extra map[string]any
+	// keep, when set, stores the finished response before it is answered.
+	keep func(resp map[string]any) error
 
 	// Stream state.
 	seq    int
@@ -82,9 +87,31 @@ func (rw *renderer) message(text, status string) map[string]any {
 }
 
 func (rw *renderer) response(status string, output []map[string]any, usage map[string]any) map[string]any {
-	return map[string]any{"id": rw.id, "object": "response", "created_at": rw.created, "status": status, "model": rw.model,
+	resp := map[string]any{"id": rw.id, "object": "response", "created_at": rw.created, "status": status, "model": rw.model,
 		"output": output, "usage": usage, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{}, "error": nil,
 		"incomplete_details": nil, "instructions": nil, "metadata": map[string]string{}, "text": map[string]any{"format": map[string]string{"type": "text"}}}
+	for k, v := range rw.extra {
+		resp[k] = v
+	}
+	return resp
+}
+
+// final answers a finished response (not streamed), stored first when
+// asked.
+func (rw *renderer) final(w http.ResponseWriter, resp map[string]any) {
+	if e := rw.stored(resp); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, resp)
+}
+
+// stored keeps resp when the request asked to store it.
+func (rw *renderer) stored(resp map[string]any) *contracts.Error {
+	if rw.keep == nil {
+		return nil
+	}
+	return notStored(rw.keep(resp))
 }
 
 func usageOf(prompt, completion, cached int64) map[string]any {
@@ -180,7 +207,12 @@ func (rw *renderer) Done(w http.ResponseWriter) {
 	rw.emit(w, "response.content_part.done", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": msg["content"].([]map[string]any)[0]})
 	rw.emit(w, "response.output_item.done", map[string]any{"output_index": rw.idx, "item": msg})
 	rw.output = append(rw.output, msg)
-	rw.emit(w, "response.completed", map[string]any{"response": rw.response("completed", rw.output, rw.usage.asMap())})
+	resp := rw.response("completed", rw.output, rw.usage.asMap())
+	if e := rw.stored(resp); e != nil {
+		rw.Fail(w, e, nil, true)
+		return
+	}
+	rw.emit(w, "response.completed", map[string]any{"response": resp})
 }
 
 // Complete renders a chat completion as a response; an engine's error
@@ -213,7 +245,7 @@ func (rw *renderer) Complete(w http.ResponseWriter, status int, _ string, body [
 		output = append(output, rw.fileSearchCall("completed"))
 	}
 	output = append(output, rw.message(text, "completed"))
-	httpapi.WriteJSON(w, http.StatusOK, rw.response("completed", output, cc.Usage.asMap()))
+	rw.final(w, rw.response("completed", output, cc.Usage.asMap()))
 }
 
 // Fail ends a stream with an error event, or answers the error.

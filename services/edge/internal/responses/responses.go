@@ -22,7 +22,12 @@ type responsesRequest struct {
 	MaxOutputTokens *int64          `json:"max_output_tokens"`
 	Temperature     *float64        `json:"temperature"`
 	Include         []string        `json:"include"`
-	Tools           []struct {
+	// Store keeps the response for GET /v1/responses/{id} and
+	// previous_response_id (default true, as OpenAI).
+	Store              *bool      `json:"store"`
+	PreviousResponseID *string    `json:"previous_response_id"`
+	Prompt             *promptRef `json:"prompt"`
+	Tools              []struct {
 		Type           string          `json:"type"`
 		VectorStoreIDs []string        `json:"vector_store_ids"`
 		MaxNumResults  *int            `json:"max_num_results"`
