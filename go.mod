@@ -15,8 +15,8 @@ replace github.com/aiforge/aiforge/services/worker => ./services/worker
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
 	github.com/aiforge/aiforge/services/batch v0.0.0
-	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/edge v0.0.0
+	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/worker v0.0.0
 	github.com/go-pdf/fpdf v0.9.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -30,7 +30,7 @@ require (
 )
 
 require (
-	github.com/dlclark/regexp2 v1.10.0 // indirect
+	github.com/dlclark/regexp2 v1.11.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
@@ -44,6 +44,7 @@ require (
 	github.com/pkoukk/tiktoken-go-loader v0.0.2 // indirect
 	github.com/qdrant/go-client v1.17.1 // indirect
 	github.com/rs/xid v1.6.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/yuin/goldmark v1.8.7 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
