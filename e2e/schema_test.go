@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/aiforge/aiforge/pkg/enginesim"
@@ -364,9 +365,10 @@ func TestSchemaEveryObject(t *testing.T) {
 	t.Logf("validated: %s", strings.Join(names, " "))
 }
 
-// checkResponseFields checks the fields the fixture predates against the
-// openai-go SDK, generated from the current document: cache_write_tokens is
-// required on usage.input_tokens_details.
+// checkResponseFields reads a response with the openai-go SDK, generated
+// from the current document, and checks the fields its metadata marks
+// present: cache_write_tokens (required on usage.input_tokens_details, and
+// newer than the fixture), cached_tokens, temperature and top_p.
 func checkResponseFields(t *testing.T, body []byte) {
 	t.Helper()
 	var r responses.Response
@@ -376,7 +378,8 @@ func checkResponseFields(t *testing.T, body []byte) {
 	if !r.Usage.InputTokensDetails.JSON.CacheWriteTokens.Valid() || !r.Usage.InputTokensDetails.JSON.CachedTokens.Valid() {
 		t.Errorf("usage.input_tokens_details lacks a required field: %s", r.Usage.InputTokensDetails.RawJSON())
 	}
-	if !r.JSON.Temperature.Valid() || !r.JSON.TopP.Valid() {
+	// Required but nullable: present, null allowed.
+	if r.JSON.Temperature.Raw() == respjson.Omitted || r.JSON.TopP.Raw() == respjson.Omitted {
 		t.Errorf("temperature/top_p missing: %s", clip(body))
 	}
 }

@@ -157,6 +157,9 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	if req.Temperature != nil {
 		cbody["temperature"] = *req.Temperature
 	}
+	if req.TopP != nil {
+		cbody["top_p"] = *req.TopP
+	}
 	if req.Stream {
 		cbody["stream_options"] = map[string]any{"include_usage": true}
 	}
@@ -189,7 +192,7 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		segs = append(segs, guard.Segment{Role: m.Role, Source: src, Text: m.Content})
 	}
 	rw := &renderer{model: req.Model, id: "resp_" + events.NewID()[:24], created: start.Unix(),
-		results: results, searched: searched, includeResults: includeResults, query: question}
+		results: results, searched: searched, includeResults: includeResults, query: question, temperature: req.Temperature, topP: req.TopP}
 	if code != nil {
 		s.runCode(w, r, key, &req, chat, segs, rw, code, start)
 		return
