@@ -295,7 +295,11 @@ func TestSchemaEveryObject(t *testing.T) {
 	// Vector stores and their files.
 	empty.check("ListVectorStoresResponse", 200, "GET", "/v1/vector_stores", "")
 	vs := idOf(t, c.check("VectorStoreObject", 200, "POST", "/v1/vector_stores", `{"name":"docs","metadata":{"team":"support"}}`))
-	empty2 := idOf(t, c.check("VectorStoreObject", 200, "POST", "/v1/vector_stores", `{"name":"empty"}`))
+	empty2 := idOf(t, c.check("VectorStoreObject", 200, "POST", "/v1/vector_stores", `{"name":"empty","expires_after":{"anchor":"last_active_at","days":7}}`))
+	if b := c.check("VectorStoreObject", 200, "GET", "/v1/vector_stores/"+empty2, ""); !strings.Contains(string(b), `"expires_after":{"anchor":"last_active_at","days":7}`) {
+		t.Errorf("expires_after not kept: %s", b)
+	}
+	c.check("ErrorResponse", 400, "POST", "/v1/vector_stores", `{"name":"bad","expires_after":{"anchor":"last_active_at","days":0}}`)
 	c.check("ListVectorStoreFilesResponse", 200, "GET", "/v1/vector_stores/"+empty2+"/files", "")
 	c.check("VectorStoreFileObject", 200, "POST", "/v1/vector_stores/"+vs+"/files", fmt.Sprintf(`{"file_id":%q,"attributes":{"lang":"en"}}`, fileID))
 	eventually(t, 30*time.Second, func() bool {
