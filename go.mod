@@ -15,22 +15,24 @@ replace github.com/aiforge/aiforge/services/worker => ./services/worker
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
 	github.com/aiforge/aiforge/services/batch v0.0.0
-	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/edge v0.0.0
+	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/worker v0.0.0
 	github.com/go-pdf/fpdf v0.9.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.yaml.in/yaml/v3 v3.0.5
 )
 
 require (
-	github.com/dlclark/regexp2 v1.10.0 // indirect
+	github.com/dlclark/regexp2 v1.11.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
@@ -47,7 +49,6 @@ require (
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/yuin/goldmark v1.8.7 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect

@@ -110,26 +110,28 @@ type RequestCounts struct {
 	Failed    int64 `json:"failed"`
 }
 
-// Batch is OpenAI's batch object, byte for byte.
+// Batch is OpenAI's batch object, byte for byte. The fields its schema has
+// optional and not nullable (errors, the file ids, the timestamps) are left
+// out until they have a value, never null.
 type Batch struct {
 	ID               string            `json:"id"`
 	Object           string            `json:"object"`
 	Endpoint         string            `json:"endpoint"`
-	Errors           *Errors           `json:"errors"`
+	Errors           *Errors           `json:"errors,omitempty"`
 	InputFileID      string            `json:"input_file_id"`
 	CompletionWindow string            `json:"completion_window"`
 	Status           string            `json:"status"`
-	OutputFileID     *string           `json:"output_file_id"`
-	ErrorFileID      *string           `json:"error_file_id"`
+	OutputFileID     *string           `json:"output_file_id,omitempty"`
+	ErrorFileID      *string           `json:"error_file_id,omitempty"`
 	CreatedAt        int64             `json:"created_at"`
-	InProgressAt     *int64            `json:"in_progress_at"`
-	ExpiresAt        *int64            `json:"expires_at"`
-	FinalizingAt     *int64            `json:"finalizing_at"`
-	CompletedAt      *int64            `json:"completed_at"`
-	FailedAt         *int64            `json:"failed_at"`
-	ExpiredAt        *int64            `json:"expired_at"`
-	CancellingAt     *int64            `json:"cancelling_at"`
-	CancelledAt      *int64            `json:"cancelled_at"`
+	InProgressAt     *int64            `json:"in_progress_at,omitempty"`
+	ExpiresAt        *int64            `json:"expires_at,omitempty"`
+	FinalizingAt     *int64            `json:"finalizing_at,omitempty"`
+	CompletedAt      *int64            `json:"completed_at,omitempty"`
+	FailedAt         *int64            `json:"failed_at,omitempty"`
+	ExpiredAt        *int64            `json:"expired_at,omitempty"`
+	CancellingAt     *int64            `json:"cancelling_at,omitempty"`
+	CancelledAt      *int64            `json:"cancelled_at,omitempty"`
 	RequestCounts    RequestCounts     `json:"request_counts"`
 	Metadata         map[string]string `json:"metadata"`
 	// Model is the model the lines ask for (known once validated).

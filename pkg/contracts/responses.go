@@ -139,7 +139,8 @@ func ResponsesInput(raw json.RawMessage) ([]ChatMessage, error) {
 
 // ChatToResponse builds the Responses API response object (id, created_at
 // and model as given; the id starts with "resp_") from a chat completion
-// answer body.
+// answer body. temperature and top_p, which the object requires, are null:
+// the line's own values, if any, went to the engine with it.
 func ChatToResponse(id string, created int64, model string, chatAnswer []byte) ([]byte, error) {
 	var cc struct {
 		Choices []struct {
@@ -181,8 +182,8 @@ func ChatToResponse(id string, created int64, model string, chatAnswer []byte) (
 	resp := map[string]any{"id": id, "object": "response", "created_at": created, "status": status, "model": model,
 		"output": []any{msg}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{}, "error": nil,
 		"incomplete_details": incomplete, "instructions": nil, "metadata": map[string]string{},
-		"text": map[string]any{"format": map[string]string{"type": "text"}},
+		"text": map[string]any{"format": map[string]string{"type": "text"}}, "temperature": nil, "top_p": nil,
 		"usage": map[string]any{"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
-			"input_tokens_details": map[string]int64{"cached_tokens": cached}, "output_tokens_details": map[string]int64{"reasoning_tokens": 0}}}
+			"input_tokens_details": map[string]int64{"cached_tokens": cached, "cache_write_tokens": 0}, "output_tokens_details": map[string]int64{"reasoning_tokens": 0}}}
 	return json.Marshal(resp)
 }

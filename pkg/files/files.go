@@ -33,14 +33,14 @@ type File struct {
 	Object    string  `json:"object"`
 	Bytes     int64   `json:"bytes"`
 	CreatedAt int64   `json:"created_at"`
-	ExpiresAt *int64  `json:"expires_at"`
+	ExpiresAt *int64  `json:"expires_at,omitempty"`
 	Filename  string  `json:"filename"`
 	Purpose   string  `json:"purpose"`
 	Status    string  `json:"status"`
 	SHA256    string  `json:"sha256,omitempty"`
 	Tenant    string  `json:"-"`
 	ObjectKey string  `json:"-"`
-	Details   *string `json:"status_details"`
+	Details   *string `json:"status_details,omitempty"`
 }
 
 // Record is what the bucket stores (the tenant and object key included).

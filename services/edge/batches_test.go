@@ -135,15 +135,20 @@ func TestBatchLifecycleWithSDK(t *testing.T) {
 	if b.ExpiresAt != b.CreatedAt+24*3600 || b.CancellingAt != 0 || b.OutputFileID != "" || b.RequestCounts.Total != 0 {
 		t.Fatalf("created batch times/counts: %s", b.RawJSON())
 	}
-	// Byte for byte OpenAI's object: every field present, nulls as null.
+	// OpenAI's schema: the required fields present; the optional ones, not
+	// nullable, left out until they have a value (never null).
 	var raw map[string]any
 	if err := json.Unmarshal([]byte(b.RawJSON()), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"id", "object", "endpoint", "errors", "input_file_id", "completion_window", "status", "output_file_id", "error_file_id",
-		"created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at", "cancelled_at", "request_counts", "metadata"} {
+	for _, k := range []string{"id", "object", "endpoint", "input_file_id", "completion_window", "status", "created_at", "expires_at", "request_counts", "metadata"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("batch object lacks %q", k)
+		}
+	}
+	for _, k := range []string{"errors", "output_file_id", "error_file_id", "in_progress_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at", "cancelled_at"} {
+		if v, ok := raw[k]; ok {
+			t.Errorf("a validating batch has %q = %v", k, v)
 		}
 	}
 	for _, k := range []string{"tenant", "key_id", "input_object_key", "estimated_tokens", "expiry"} {

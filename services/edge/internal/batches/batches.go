@@ -534,7 +534,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request, k *registry.Key) 
 	if more {
 		all = all[:limit]
 	}
-	httpapi.WriteJSON(w, http.StatusOK, httpapi.ListPage(all, more, func(b batch.Batch) string { return b.ID }))
+	httpapi.WriteJSON(w, http.StatusOK, httpapi.ListPageOptionalCursors(all, more, func(b batch.Batch) string { return b.ID }))
 }
 
 // cancel moves a validating or in-progress batch to cancelling; the batch

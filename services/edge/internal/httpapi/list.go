@@ -69,9 +69,22 @@ func PageAfter[T any](items []T, after string, id func(T) string, limit int) ([]
 	return items, false
 }
 
-// ListPage is OpenAI's cursor page.
+// ListPage is OpenAI's cursor page for the lists whose schema requires
+// first_id and last_id as strings (files, vector stores, vector store
+// files, containers): an empty page has them empty, never null.
 func ListPage[T any](items []T, more bool, id func(T) string) map[string]any {
-	out := map[string]any{"object": "list", "data": items, "has_more": more, "first_id": nil, "last_id": nil}
+	out := ListPageOptionalCursors(items, more, id)
+	if len(items) == 0 {
+		out["first_id"], out["last_id"] = "", ""
+	}
+	return out
+}
+
+// ListPageOptionalCursors is OpenAI's cursor page for the lists whose
+// schema has first_id and last_id optional and not nullable (batches): an
+// empty page leaves them out.
+func ListPageOptionalCursors[T any](items []T, more bool, id func(T) string) map[string]any {
+	out := map[string]any{"object": "list", "data": items, "has_more": more}
 	if items == nil {
 		out["data"] = []T{}
 	}

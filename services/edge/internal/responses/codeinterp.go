@@ -252,6 +252,9 @@ func (s *Service) runCode(w http.ResponseWriter, r *http.Request, base inference
 		if req.Temperature != nil {
 			body["temperature"] = *req.Temperature
 		}
+		if req.TopP != nil {
+			body["top_p"] = *req.TopP
+		}
 		chatBody, _ := json.Marshal(body)
 		p := inference.Request{Model: req.Model, InputBytes: int64(len(chatBody)), MaxTokensParam: "max_output_tokens"}
 		if req.MaxOutputTokens != nil {

@@ -207,6 +207,9 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	if req.Temperature != nil {
 		cbody["temperature"] = *req.Temperature
 	}
+	if req.TopP != nil {
+		cbody["top_p"] = *req.TopP
+	}
 	if req.Stream {
 		cbody["stream_options"] = map[string]any{"include_usage": true}
 	}
@@ -247,6 +250,7 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	rw := &renderer{model: req.Model, id: id, created: start.Unix(),
 		results: results, searched: searched, includeResults: includeResults, query: question,
+		temperature: req.Temperature, topP: req.TopP,
 		extra: turn.fields(), keep: s.keeper(key.Tenant, id, start, turn)}
 	call := inference.Call{Key: key, Endpoint: events.EndpointChatCompletions, Operation: "responses",
 		Start: start, Segments: segs, Bridge: turn.bridge(), Attributes: turn.attributes()}

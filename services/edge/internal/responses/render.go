@@ -27,6 +27,9 @@ type renderer struct {
 	extra map[string]any
 	// keep, when set, stores the finished response before it is answered.
 	keep func(resp map[string]any) error
+	// temperature and top_p as asked (null when not: the engine's default
+	// applied); the response object requires both.
+	temperature, topP *float64
 
 	// Stream state.
 	seq    int
@@ -88,8 +91,12 @@ func (rw *renderer) message(text, status string) map[string]any {
 
 func (rw *renderer) response(status string, output []map[string]any, usage map[string]any) map[string]any {
 	resp := map[string]any{"id": rw.id, "object": "response", "created_at": rw.created, "status": status, "model": rw.model,
-		"output": output, "usage": usage, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{}, "error": nil,
-		"incomplete_details": nil, "instructions": nil, "metadata": map[string]string{}, "text": map[string]any{"format": map[string]string{"type": "text"}}}
+		"output": output, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{}, "error": nil,
+		"incomplete_details": nil, "instructions": nil, "metadata": map[string]string{}, "text": map[string]any{"format": map[string]string{"type": "text"}},
+		"temperature": rw.temperature, "top_p": rw.topP}
+	if usage != nil { // usage is not nullable: left out until known
+		resp["usage"] = usage
+	}
 	for k, v := range rw.extra {
 		resp[k] = v
 	}
@@ -116,7 +123,7 @@ func (rw *renderer) stored(resp map[string]any) *contracts.Error {
 
 func usageOf(prompt, completion, cached int64) map[string]any {
 	return map[string]any{"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
-		"input_tokens_details": map[string]int64{"cached_tokens": cached}, "output_tokens_details": map[string]int64{"reasoning_tokens": 0}}
+		"input_tokens_details": map[string]int64{"cached_tokens": cached, "cache_write_tokens": 0}, "output_tokens_details": map[string]int64{"reasoning_tokens": 0}}
 }
 
 type chatUsage struct {
@@ -196,7 +203,7 @@ func (rw *renderer) openPreamble(w http.ResponseWriter) {
 // openMessage opens the answer's message item.
 func (rw *renderer) openMessage(w http.ResponseWriter) {
 	rw.emit(w, "response.output_item.added", map[string]any{"output_index": rw.idx, "item": map[string]any{"type": "message", "id": rw.msgID(), "status": "in_progress", "role": "assistant", "content": []any{}}})
-	rw.emit(w, "response.content_part.added", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+	rw.emit(w, "response.content_part.added", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}, "logprobs": []any{}}})
 }
 
 // Done closes the stream with the finished message and response.

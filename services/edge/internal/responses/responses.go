@@ -21,6 +21,7 @@ type responsesRequest struct {
 	Stream          bool            `json:"stream"`
 	MaxOutputTokens *int64          `json:"max_output_tokens"`
 	Temperature     *float64        `json:"temperature"`
+	TopP            *float64        `json:"top_p"`
 	Include         []string        `json:"include"`
 	// Store keeps the response for GET /v1/responses/{id} and
 	// previous_response_id (default true, as OpenAI).

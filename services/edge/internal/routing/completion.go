@@ -74,14 +74,17 @@ func orDefault(s, d string) string {
 
 // Body is c as a chat completion JSON object.
 func (c Completion) Body() []byte {
+	// refusal and logprobs are required (nullable) by OpenAI's schema.
 	type msg struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role    string  `json:"role"`
+		Content string  `json:"content"`
+		Refusal *string `json:"refusal"`
 	}
 	type choice struct {
-		Index        int    `json:"index"`
-		Message      msg    `json:"message"`
-		FinishReason string `json:"finish_reason"`
+		Index        int             `json:"index"`
+		Message      msg             `json:"message"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason string          `json:"finish_reason"`
 	}
 	b, _ := json.Marshal(struct {
 		ID      string   `json:"id"`
@@ -90,7 +93,7 @@ func (c Completion) Body() []byte {
 		Model   string   `json:"model"`
 		Choices []choice `json:"choices"`
 		Usage   *Usage   `json:"usage,omitempty"`
-	}{c.ID, "chat.completion", c.Created, c.Model, []choice{{0, msg{orDefault(c.Role, "assistant"), c.Content}, orDefault(c.FinishReason, "stop")}}, c.Usage})
+	}{c.ID, "chat.completion", c.Created, c.Model, []choice{{0, msg{orDefault(c.Role, "assistant"), c.Content, nil}, json.RawMessage("null"), orDefault(c.FinishReason, "stop")}}, c.Usage})
 	return b
 }
 

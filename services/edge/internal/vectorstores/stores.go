@@ -93,7 +93,7 @@ type VectorStore struct {
 	UsageBytes   int64             `json:"usage_bytes"`
 	FileCounts   FileCounts        `json:"file_counts"`
 	Status       string            `json:"status"`
-	ExpiresAfter any               `json:"expires_after"`
+	ExpiresAfter *ExpiresAfter     `json:"expires_after,omitempty"`
 	ExpiresAt    *int64            `json:"expires_at"`
 	LastActiveAt int64             `json:"last_active_at"`
 	Metadata     map[string]string `json:"metadata"`
@@ -160,11 +160,32 @@ func (s *Service) writeStore(w http.ResponseWriter, r *http.Request, tenant stri
 type vsCreate struct {
 	Name             *string                       `json:"name"`
 	FileIDs          []string                      `json:"file_ids"`
-	ExpiresAfter     any                           `json:"expires_after"`
+	ExpiresAfter     *ExpiresAfter                 `json:"expires_after"`
 	ChunkingStrategy *vectorstore.ChunkingStrategy `json:"chunking_strategy"`
 	Metadata         map[string]string             `json:"metadata"`
 	EmbeddingModel   string                        `json:"embedding_model"`
 	Description      string                        `json:"description"`
+}
+
+// ExpiresAfter is a vector store's expiration policy, as OpenAI's schema
+// has it: an anchor (last_active_at) and 1 to 365 days. It is recorded and
+// echoed; aiforge does not expire stores.
+type ExpiresAfter struct {
+	Anchor string `json:"anchor"`
+	Days   int    `json:"days"`
+}
+
+func validExpiresAfter(e *ExpiresAfter) *contracts.Error {
+	if e == nil {
+		return nil
+	}
+	if e.Anchor != "last_active_at" {
+		return contracts.ErrBadRequest("expires_after.anchor", contracts.CodeInvalidRequest, "Invalid 'expires_after.anchor': expected last_active_at.")
+	}
+	if e.Days < 1 || e.Days > 365 {
+		return contracts.ErrBadRequest("expires_after.days", contracts.CodeInvalidRequest, "Invalid 'expires_after.days': expected an integer from 1 to 365.")
+	}
+	return nil
 }
 
 func validMetadata(m map[string]string) *contracts.Error {
@@ -208,6 +229,10 @@ func (s *Service) createVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		return
 	}
 	if e := validMetadata(req.Metadata); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	if e := validExpiresAfter(req.ExpiresAfter); e != nil {
 		contracts.Write(w, e)
 		return
 	}
@@ -282,6 +307,10 @@ func (s *Service) updateVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		return
 	}
 	if e := validMetadata(req.Metadata); e != nil {
+		contracts.Write(w, e)
+		return
+	}
+	if e := validExpiresAfter(req.ExpiresAfter); e != nil {
 		contracts.Write(w, e)
 		return
 	}

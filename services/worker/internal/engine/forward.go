@@ -230,6 +230,9 @@ func (ec *Client) relayWhole(ctx context.Context, c *Call, w *bridge.ResponseWri
 		}
 	} else {
 		body = ec.rewriteModelWhole(body)
+		if c.Endpoint != Embeddings {
+			body = contracts.CompleteChoices(body, c.Endpoint == Chat)
+		}
 	}
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {

@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3/packages/respjson"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/aiforge/aiforge/pkg/enginesim"
+)
+
+// TestSchemaValidatorRejects checks the validator itself on the fixture:
+// valid bodies pass, and bodies missing a required field, holding null where
+// the schema does not allow it, or using a non-extracted alternative fail.
+// The bodies here are hand-written on purpose: they test the validator, not
+// aiforge.
+func TestSchemaValidatorRejects(t *testing.T) {
+	s := loadSpec(t)
+	for name := range s.names {
+		if _, err := s.schema(name); err != nil {
+			t.Errorf("component %s does not compile: %v", name, err)
+		}
+	}
+	chat := `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","logprobs":null,"message":{"role":"assistant","content":"hi","refusal":null}}]}`
+	chunk := `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null,"logprobs":null}],"usage":null}`
+	resp := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[],"error":null,"incomplete_details":null,"instructions":null,"metadata":{},"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"temperature":1,"top_p":1}`
+	part := `{"type":"response.content_part.added","item_id":"msg_1","output_index":0,"content_index":0,"sequence_number":3,"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}`
+	file := `{"id":"file-1","object":"file","bytes":1,"created_at":1,"filename":"a","purpose":"assistants","status":"processed"}`
+	batches := `{"object":"list","data":[],"has_more":false}`
+	cases := []struct {
+		component, body string
+		ok              bool
+	}{
+		{"CreateChatCompletionResponse", chat, true},
+		{"CreateChatCompletionResponse", strings.Replace(chat, `"created":1,`, ``, 1), false},
+		{"CreateChatCompletionResponse", strings.Replace(chat, `,"refusal":null`, ``, 1), false},
+		{"CreateChatCompletionResponse", strings.Replace(chat, `"finish_reason":"stop"`, `"finish_reason":null`, 1), false},
+		{"CreateChatCompletionStreamResponse", chunk, true}, // nullable finish_reason, logprobs and usage
+		{"CreateChatCompletionStreamResponse", strings.Replace(chunk, `"finish_reason":null`, `"finish_reason":"done"`, 1), false},
+		{"CreateChatCompletionStreamResponse", strings.Replace(chunk, `"usage":null`, `"usage":{"prompt_tokens":1}`, 1), false},
+		{"Response", resp, true},
+		{"Response", strings.Replace(resp, `,"temperature":1`, ``, 1), false},
+		{"Response", strings.Replace(resp, `"output":[]`, `"output":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]`, 1), false},
+		{"ResponseContentPartAddedEvent", part, true},
+		{"ResponseContentPartAddedEvent", strings.Replace(part, `,"logprobs":[]`, ``, 1), false},
+		{"OpenAIFile", file, true},
+		{"OpenAIFile", strings.Replace(file, `"status":"processed"`, `"status":"processed","expires_at":null`, 1), false},
+		{"OpenAIFile", strings.Replace(file, `"status":"processed"`, `"status":"processed","status_details":null`, 1), false},
+		{"ListBatchesResponse", batches, true},
+		{"ListBatchesResponse", strings.Replace(batches, `"data":[]`, `"data":[],"first_id":null`, 1), false},
+		{"ErrorResponse", `{"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}}`, true},
+		{"ErrorResponse", `{"error":{"message":"m","type":"invalid_request_error"}}`, false},
+	}
+	for i, c := range cases {
+		err := s.validate(c.component, []byte(c.body))
+		if c.ok && err != nil {
+			t.Errorf("case %d: %s should validate: %v", i, c.component, err)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("case %d: %s validated a broken body: %s", i, c.component, c.body)
+		}
+	}
+}
+
+// responseEvents maps each Responses stream event type to its component.
+var responseEvents = map[string]string{
+	"response.created":                            "ResponseCreatedEvent",
+	"response.in_progress":                        "ResponseInProgressEvent",
+	"response.completed":                          "ResponseCompletedEvent",
+	"response.failed":                             "ResponseFailedEvent",
+	"response.incomplete":                         "ResponseIncompleteEvent",
+	"response.output_item.added":                  "ResponseOutputItemAddedEvent",
+	"response.output_item.done":                   "ResponseOutputItemDoneEvent",
+	"response.content_part.added":                 "ResponseContentPartAddedEvent",
+	"response.content_part.done":                  "ResponseContentPartDoneEvent",
+	"response.output_text.delta":                  "ResponseTextDeltaEvent",
+	"response.output_text.done":                   "ResponseTextDoneEvent",
+	"response.file_search_call.in_progress":       "ResponseFileSearchCallInProgressEvent",
+	"response.file_search_call.searching":         "ResponseFileSearchCallSearchingEvent",
+	"response.file_search_call.completed":         "ResponseFileSearchCallCompletedEvent",
+	"response.code_interpreter_call.in_progress":  "ResponseCodeInterpreterCallInProgressEvent",
+	"response.code_interpreter_call.interpreting": "ResponseCodeInterpreterCallInterpretingEvent",
+	"response.code_interpreter_call.completed":    "ResponseCodeInterpreterCallCompletedEvent",
+	"response.code_interpreter_call_code.delta":   "ResponseCodeInterpreterCallCodeDeltaEvent",
+	"response.code_interpreter_call_code.done":    "ResponseCodeInterpreterCallCodeDoneEvent",
+	"error": "ResponseErrorEvent",
+}
+
+// schemaClient drives the edge with plain HTTP and keeps every body.
+type schemaClient struct {
+	t    *testing.T
+	s    *stack
+	spec *openaiSpec
+	key  string
+	seen map[string]int
+}
+
+func (c *schemaClient) do(method, path, contentType string, body io.Reader) (int, []byte) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.s.url+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// check calls the endpoint, wants the status, and validates the body.
+func (c *schemaClient) check(component string, want int, method, path, body string) []byte {
+	c.t.Helper()
+	var r io.Reader
+	ct := ""
+	if body != "" {
+		r, ct = strings.NewReader(body), "application/json"
+	}
+	st, b := c.do(method, path, ct, r)
+	if st != want {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, st, want, clip(b))
+	}
+	c.spec.mustValidate(c.t, component, b)
+	c.seen[component]++
+	return b
+}
+
+// stream posts a streamed request and returns the data payloads with their
+// SSE event names ("" when none).
+func (c *schemaClient) stream(path, body string) (events []string, datas [][]byte) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.s.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		c.t.Fatalf("POST %s: status %d: %s", path, resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			d := strings.TrimPrefix(line, "data: ")
+			if d == "[DONE]" {
+				continue
+			}
+			events = append(events, event)
+			datas = append(datas, []byte(d))
+			event = ""
+		}
+	}
+	if err := sc.Err(); err != nil {
+		c.t.Fatal(err)
+	}
+	return events, datas
+}
+
+// responseStream validates every event of a streamed response against its
+// event type's component and returns the types seen and the final response.
+func (c *schemaClient) responseStream(body string) (map[string]int, []byte) {
+	c.t.Helper()
+	names, datas := c.stream("/v1/responses", body)
+	types := map[string]int{}
+	var completed []byte
+	for i, d := range datas {
+		var ev struct {
+			Type     string          `json:"type"`
+			Response json.RawMessage `json:"response"`
+		}
+		if err := json.Unmarshal(d, &ev); err != nil {
+			c.t.Fatalf("event %d is not JSON: %s", i, d)
+		}
+		if names[i] != ev.Type {
+			c.t.Errorf("SSE event name %q for a %q event", names[i], ev.Type)
+		}
+		comp, ok := responseEvents[ev.Type]
+		if !ok {
+			c.t.Errorf("event type %q has no component in the test's map: %s", ev.Type, d)
+			continue
+		}
+		c.spec.mustValidate(c.t, comp, d)
+		c.seen[comp]++
+		types[ev.Type]++
+		if ev.Type == "response.completed" {
+			completed = ev.Response
+		}
+	}
+	return types, completed
+}
+
+func (c *schemaClient) upload(purpose, name, content string) []byte {
+	c.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("purpose", purpose)
+	fw, _ := mw.CreateFormFile("file", name)
+	_, _ = fw.Write([]byte(content))
+	_ = mw.Close()
+	st, b := c.do("POST", "/v1/files", mw.FormDataContentType(), &buf)
+	if st != http.StatusOK {
+		c.t.Fatalf("upload: %d %s", st, b)
+	}
+	c.spec.mustValidate(c.t, "OpenAIFile", b)
+	c.seen["OpenAIFile"]++
+	return b
+}
+
+func idOf(t *testing.T, b []byte) string {
+	t.Helper()
+	var v struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || v.ID == "" {
+		t.Fatalf("no id in %s", clip(b))
+	}
+	return v.ID
+}
+
+// TestSchemaEveryObject drives every endpoint of the OpenAI surface once on
+// a running stack and validates each body, chunk and stream event against
+// OpenAI's published schemas.
+func TestSchemaEveryObject(t *testing.T) {
+	spec := loadSpec(t)
+	_, base := sim(t, enginesim.Config{Models: []string{"up", "emb"}})
+	s := startStack(t, stackOpts{})
+	key, _ := s.tenantKey("acme")
+	other, _ := s.tenantKey("globex")
+	s.register("chat", base, "up")
+	s.register("embed", base, "emb")
+	s.waitServed(key, "chat")
+	c := &schemaClient{t: t, s: s, spec: spec, key: key, seen: map[string]int{}}
+	empty := &schemaClient{t: t, s: s, spec: spec, key: other, seen: c.seen}
+
+	// Chat completions, plain and streamed (with the usage chunk).
+	c.check("CreateChatCompletionResponse", 200, "POST", "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":8}`)
+	_, chunks := c.stream("/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`)
+	if len(chunks) < 2 {
+		t.Fatalf("%d chunks", len(chunks))
+	}
+	for _, ch := range chunks {
+		spec.mustValidate(t, "CreateChatCompletionStreamResponse", ch)
+		c.seen["CreateChatCompletionStreamResponse"]++
+	}
+	c.check("CreateCompletionResponse", 200, "POST", "/v1/completions", `{"model":"chat","prompt":"hello","max_tokens":4}`)
+	c.check("CreateEmbeddingResponse", 200, "POST", "/v1/embeddings", `{"model":"embed","input":["a","b"]}`)
+
+	// Models, and errors.
+	c.check("ListModelsResponse", 200, "GET", "/v1/models", "")
+	c.check("Model", 200, "GET", "/v1/models/chat", "")
+	c.check("ErrorResponse", 404, "GET", "/v1/models/no-such-model", "")
+	c.check("ErrorResponse", 400, "POST", "/v1/chat/completions", `{"messages":[]}`)
+	noKey := &schemaClient{t: t, s: s, spec: spec, seen: c.seen}
+	noKey.check("ErrorResponse", 401, "POST", "/v1/chat/completions", `{"model":"chat","messages":[]}`)
+
+	// Files.
+	empty.check("ListFilesResponse", 200, "GET", "/v1/files", "")
+	f := c.upload("assistants", "guide.md", guide)
+	fileID := idOf(t, f)
+	c.check("OpenAIFile", 200, "GET", "/v1/files/"+fileID, "")
+	c.check("ListFilesResponse", 200, "GET", "/v1/files", "")
+	scratch := idOf(t, c.upload("user_data", "scratch.txt", "scratch"))
+	c.check("DeleteFileResponse", 200, "DELETE", "/v1/files/"+scratch, "")
+
+	// Vector stores and their files.
+	empty.check("ListVectorStoresResponse", 200, "GET", "/v1/vector_stores", "")
+	vs := idOf(t, c.check("VectorStoreObject", 200, "POST", "/v1/vector_stores", `{"name":"docs","metadata":{"team":"support"}}`))
+	empty2 := idOf(t, c.check("VectorStoreObject", 200, "POST", "/v1/vector_stores", `{"name":"empty","expires_after":{"anchor":"last_active_at","days":7}}`))
+	if b := c.check("VectorStoreObject", 200, "GET", "/v1/vector_stores/"+empty2, ""); !strings.Contains(string(b), `"expires_after":{"anchor":"last_active_at","days":7}`) {
+		t.Errorf("expires_after not kept: %s", b)
+	}
+	c.check("ErrorResponse", 400, "POST", "/v1/vector_stores", `{"name":"bad","expires_after":{"anchor":"last_active_at","days":0}}`)
+	c.check("ListVectorStoreFilesResponse", 200, "GET", "/v1/vector_stores/"+empty2+"/files", "")
+	c.check("VectorStoreFileObject", 200, "POST", "/v1/vector_stores/"+vs+"/files", fmt.Sprintf(`{"file_id":%q,"attributes":{"lang":"en"}}`, fileID))
+	eventually(t, 30*time.Second, func() bool {
+		st, b := c.do("GET", "/v1/vector_stores/"+vs+"/files/"+fileID, "", nil)
+		return st == 200 && strings.Contains(string(b), `"status":"completed"`)
+	}, "file indexed")
+	c.check("VectorStoreFileObject", 200, "GET", "/v1/vector_stores/"+vs+"/files/"+fileID, "")
+	c.check("ListVectorStoreFilesResponse", 200, "GET", "/v1/vector_stores/"+vs+"/files", "")
+	c.check("VectorStoreObject", 200, "GET", "/v1/vector_stores/"+vs, "")
+	c.check("ListVectorStoresResponse", 200, "GET", "/v1/vector_stores", "")
+	page := c.check("VectorStoreSearchResultsPage", 200, "POST", "/v1/vector_stores/"+vs+"/search", `{"query":"How do I connect my phone?"}`)
+	if !strings.Contains(string(page), "wireless") {
+		t.Fatalf("search found nothing: %s", page)
+	}
+	batchFile := idOf(t, c.upload("assistants", "notes.md", "# Notes\n\nCharge the device overnight."))
+	fb := idOf(t, c.check("VectorStoreFileBatchObject", 200, "POST", "/v1/vector_stores/"+empty2+"/file_batches", fmt.Sprintf(`{"file_ids":[%q]}`, batchFile)))
+	c.check("VectorStoreFileBatchObject", 200, "GET", "/v1/vector_stores/"+empty2+"/file_batches/"+fb, "")
+	c.check("ListVectorStoreFilesResponse", 200, "GET", "/v1/vector_stores/"+empty2+"/file_batches/"+fb+"/files", "")
+	c.check("DeleteVectorStoreFileResponse", 200, "DELETE", "/v1/vector_stores/"+empty2+"/files/"+batchFile, "")
+	c.check("DeleteVectorStoreResponse", 200, "DELETE", "/v1/vector_stores/"+empty2, "")
+
+	// Responses, plain and streamed, with and without file search.
+	plain := c.check("Response", 200, "POST", "/v1/responses", `{"model":"chat","input":"hello","max_output_tokens":8}`)
+	checkResponseFields(t, plain)
+	searched := c.check("Response", 200, "POST", "/v1/responses", fmt.Sprintf(`{"model":"chat","input":"How do I connect my phone?","max_output_tokens":8,"tools":[{"type":"file_search","vector_store_ids":[%q]}],"include":["file_search_call.results"]}`, vs))
+	checkResponseFields(t, searched)
+	types, completed := c.responseStream(`{"model":"chat","input":"hello","max_output_tokens":8,"stream":true}`)
+	checkResponseFields(t, completed)
+	more, completed := c.responseStream(fmt.Sprintf(`{"model":"chat","input":"How do I connect my phone?","max_output_tokens":8,"stream":true,"temperature":0.5,"tools":[{"type":"file_search","vector_store_ids":[%q]}]}`, vs))
+	checkResponseFields(t, completed)
+	for k, n := range more {
+		types[k] += n
+	}
+	for _, want := range []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+		"response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed",
+		"response.file_search_call.in_progress", "response.file_search_call.searching", "response.file_search_call.completed"} {
+		if types[want] == 0 {
+			t.Errorf("no %s event (saw %v)", want, types)
+		}
+	}
+	var r struct {
+		Temperature *float64 `json:"temperature"`
+	}
+	_ = json.Unmarshal(completed, &r)
+	if r.Temperature == nil || *r.Temperature != 0.5 {
+		t.Errorf("temperature not echoed: %s", clip(completed))
+	}
+
+	// Batches.
+	empty.check("ListBatchesResponse", 200, "GET", "/v1/batches", "")
+	in := idOf(t, c.upload("batch", "lines.jsonl", string(batchLines("chat", "s", 2, 4))))
+	b := idOf(t, c.check("Batch", 200, "POST", "/v1/batches", fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, in)))
+	c.check("Batch", 200, "GET", "/v1/batches/"+b, "")
+	eventually(t, 60*time.Second, func() bool {
+		st, body := c.do("GET", "/v1/batches/"+b, "", nil)
+		return st == 200 && strings.Contains(string(body), `"status":"completed"`)
+	}, "batch completed")
+	c.check("Batch", 200, "GET", "/v1/batches/"+b, "")
+	c.check("ListBatchesResponse", 200, "GET", "/v1/batches", "")
+	c.check("DeleteFileResponse", 200, "DELETE", "/v1/files/"+fileID, "")
+
+	var names []string
+	for k, n := range c.seen {
+		names = append(names, fmt.Sprintf("%s×%d", k, n))
+	}
+	sort.Strings(names)
+	t.Logf("validated: %s", strings.Join(names, " "))
+}
+
+// checkResponseFields reads a response with the openai-go SDK, generated
+// from the current document, and checks the fields its metadata marks
+// present: cache_write_tokens (required on usage.input_tokens_details, and
+// newer than the fixture), cached_tokens, temperature and top_p.
+func checkResponseFields(t *testing.T, body []byte) {
+	t.Helper()
+	var r responses.Response
+	if err := r.UnmarshalJSON(body); err != nil {
+		t.Fatalf("openai-go cannot read the response: %v", err)
+	}
+	if !r.Usage.InputTokensDetails.JSON.CacheWriteTokens.Valid() || !r.Usage.InputTokensDetails.JSON.CachedTokens.Valid() {
+		t.Errorf("usage.input_tokens_details lacks a required field: %s", r.Usage.InputTokensDetails.RawJSON())
+	}
+	// Required but nullable: present, null allowed.
+	if r.JSON.Temperature.Raw() == respjson.Omitted || r.JSON.TopP.Raw() == respjson.Omitted {
+		t.Errorf("temperature/top_p missing: %s", clip(body))
+	}
+}
