@@ -15,8 +15,8 @@ replace github.com/aiforge/aiforge/services/worker => ./services/worker
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
 	github.com/aiforge/aiforge/services/batch v0.0.0
-	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/edge v0.0.0
+	github.com/aiforge/aiforge/services/sandbox v0.0.0
 	github.com/aiforge/aiforge/services/worker v0.0.0
 	github.com/go-pdf/fpdf v0.9.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -30,8 +30,11 @@ require (
 )
 
 require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/dlclark/regexp2 v1.10.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/kljensen/snowball v0.10.0 // indirect
