@@ -161,7 +161,8 @@ func (s *Service) Routes(mux *http.ServeMux) {
 // headers are the security headers of every console answer: no framing,
 // scripts and styles from the console only (no inline script, so an
 // escaped name that slipped through could still not run), no caching of
-// pages that show spend and secrets, no referrer.
+// pages that show spend and secrets, no referrer to other sites (with
+// no-referrer at all, browsers send "Origin: null" on the forms).
 func headers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setHeaders(w)
@@ -174,7 +175,7 @@ func setHeaders(w http.ResponseWriter) {
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("Cache-Control", "no-store")
 }
 

@@ -65,6 +65,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "GET /admin/v1/models":
 		fmt.Fprintf(w, `{"object":"list","data":[{"name":%q,"engine":{"base_url":"http://127.0.0.1:1/v1","model":"up"},
 			"status":{"state":"serving","servable_replicas":1,"replicas":[{"worker_id":"w1","model":"chat","state":"serving","max_concurrency":4}]}}]}`, "chat")
+	case "GET /admin/v1/usage/ledger":
+		_, _ = io.WriteString(w, `{"object":"list","data":[
+			{"start":1772625600,"tenant":"acme","key_id":"key_0123456789abcdef","model":"chat","endpoint":"chat","requests":2,"cost_nano":1500000000},
+			{"start":1772625660,"tenant":"acme","key_id":"key_0123456789abcdef","model":"chat","endpoint":"chat","requests":1,"cost_nano":250000000},
+			{"start":1772625660,"tenant":"acme","key_id":"","model":"chat","endpoint":"sandbox","requests":1,"cost_nano":10000000}]}`)
 	case "GET /admin/v1/catalog":
 		fmt.Fprintf(w, `{"object":"list","data":[{"name":"m1","kind":"base","versions":[{"version":1,"status":"rejected","reasons":[{"code":"pickle","message":%q}],"files":[],"source":{"type":"upload"}}]}]}`, hostileName)
 	default:
@@ -388,5 +393,17 @@ func TestStaticFilesAndPagesWithoutTheirBucket(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "without the bucket") {
 			t.Fatalf("%s without its bucket: %d\n%s", page, resp.StatusCode, body)
 		}
+	}
+}
+
+func TestTenantsPageShowsTheLedgersSpend(t *testing.T) {
+	h := newHarness(t, nil)
+	_, body := h.do("GET", "/console/tenants", nil, h.login(nil), nil)
+	if !strings.Contains(body, `<td class="key-spend">$1.75</td>`) || !strings.Contains(body, `<strong class="tenant-spent">$1.76</strong>`) {
+		t.Fatalf("spend:\n%s", body)
+	}
+	// The tenant's hard budget is shown with what is left.
+	if !strings.Contains(body, "Budget: $1.25 spent this total period of $10.00 ($8.75 left)") {
+		t.Fatalf("budget:\n%s", body)
 	}
 }

@@ -30,7 +30,12 @@ type tenantInfo struct {
 	registry.Tenant
 	Budget *budgetInfo `json:"budget"`
 	Keys   []keyInfo   `json:"-"`
+	// Spent is the tenant's cost over the spend window (the ledger's).
+	Spent float64 `json:"-"`
 }
+
+// Budgeted reports whether a budget entry is kept (a hard or soft budget).
+func (b *budgetInfo) Budgeted() bool { return b != nil && (b.LimitUSD != nil || b.SoftLimitUSD != nil) }
 
 type keyInfo struct {
 	ID        string    `json:"id"`
@@ -40,6 +45,7 @@ type keyInfo struct {
 	CreatedAt time.Time `json:"created_at"`
 	registry.Limits
 	Budget *budgetInfo `json:"budget"`
+	Spent  float64     `json:"-"`
 }
 
 type modelStatus struct {
@@ -93,7 +99,14 @@ func (s *Service) modelsPage(r *http.Request) (string, any, error) {
 type tenantsData struct {
 	Tenants []tenantInfo
 	Periods []string
+	// SpendDays is the window of the spend columns; SpendError says why
+	// they are missing.
+	SpendDays  int
+	SpendError string
 }
+
+// spendDays is the window of the tenants page's spend columns.
+const spendDays = 30
 
 func (s *Service) tenantsData(r *http.Request) (tenantsData, error) {
 	ctx, cancel := pageCtx(r)
@@ -116,7 +129,20 @@ func (s *Service) tenantsData(r *http.Request) (tenantsData, error) {
 			ts[i].Keys = append(ts[i].Keys, k)
 		}
 	}
-	return tenantsData{Tenants: ts, Periods: []string{"total", "daily", "weekly", "monthly"}}, nil
+	d := tenantsData{Tenants: ts, Periods: []string{"total", "daily", "weekly", "monthly"}, SpendDays: spendDays}
+	now := s.d.Now()
+	c, err := s.ledgerCosts(ctx, now.Add(-spendDays*24*time.Hour), now)
+	if err != nil {
+		d.SpendError = messageOf(err)
+		return d, nil
+	}
+	for i := range d.Tenants {
+		d.Tenants[i].Spent = c.tenants[d.Tenants[i].ID]
+		for j := range d.Tenants[i].Keys {
+			d.Tenants[i].Keys[j].Spent = c.keys[d.Tenants[i].Keys[j].ID]
+		}
+	}
+	return d, nil
 }
 
 func (s *Service) tenantsPage(r *http.Request) (string, any, error) {
