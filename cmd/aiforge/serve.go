@@ -37,6 +37,7 @@ type serveFlags struct {
 	grace                         time.Duration
 	idle                          time.Duration
 	maxConns                      int
+	consoleSecure                 bool
 	holdTTL                       time.Duration
 	classifierURL, classifierMode string
 	cooldownN                     int
@@ -74,6 +75,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
 	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
+	c.Flags().BoolVar(&f.consoleSecure, "console-secure-cookies", env("AIFORGE_CONSOLE_SECURE_COOKIES", "") == "true", "edge: mark the web console's session cookie Secure on plain HTTP too (behind a TLS proxy that sends no X-Forwarded-Proto)")
 	c.Flags().IntVar(&f.cooldownN, "cooldown-failures", envInt("AIFORGE_COOLDOWN_FAILURES", 3), "edge: consecutive retryable failures of an engine after which this edge skips it for --cooldown (negative: never)")
 	c.Flags().DurationVar(&f.cooldown, "cooldown", envDuration("AIFORGE_COOLDOWN", 30*time.Second), "edge: how long an engine that failed --cooldown-failures times in a row is skipped")
 	c.Flags().StringVar(&f.classifierURL, "admission-classifier-url", env("AIFORGE_ADMISSION_CLASSIFIER_URL", ""), "edge: an external prompt classifier over HTTP (for example Llama Prompt Guard 2 behind TEI: http://guard:8080/predict), combined with the built-in one")
@@ -140,6 +142,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Edge.ShutdownGrace = f.grace
 	o.Edge.IdleTimeout = f.idle
 	o.Edge.MaxConnections = f.maxConns
+	o.Edge.ConsoleSecureCookies = f.consoleSecure
 	o.Edge.ReservationTTL = f.holdTTL
 	o.Edge.ClassifierURL, o.Edge.ClassifierMode = f.classifierURL, f.classifierMode
 	o.Edge.CooldownFailures = f.cooldownN

@@ -204,6 +204,9 @@ func table() map[string]Permissions {
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
 		kvRead(events.BucketWorkers, events.BucketContainers).
+		// The console reads the newest dead letters by sequence, with
+		// no consumer.
+		p(api + "STREAM.MSG.GET." + events.StreamDeadLetter).
 		// Sealing a binding stored before engine keys were sealed purges
 		// the binding's older revisions, which hold the key in clear
 		// (registry.SealLegacyEngineKeys). The edge may already delete any

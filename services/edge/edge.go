@@ -3,8 +3,8 @@
 // buckets and the bus client, and mounts the APIs of its domains, each a
 // package of its own under internal/: inference (the one generation path),
 // responses, files, batches, vectorstores, containers (agent code
-// sandboxes, served by the sandbox service over the bus), models, admin and
-// reports. They share
+// sandboxes, served by the sandbox service over the bus), models, admin,
+// reports and the operators' web console (/console). They share
 // the read-only directory of tenants, keys, models and prices
 // (pkg/directory).
 package edge
@@ -38,6 +38,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
 	"github.com/aiforge/aiforge/services/edge/internal/batches"
+	"github.com/aiforge/aiforge/services/edge/internal/console"
 	"github.com/aiforge/aiforge/services/edge/internal/containers"
 	"github.com/aiforge/aiforge/services/edge/internal/files"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
@@ -146,6 +147,10 @@ type Config struct {
 	// with store true, the default) can be read and chained onto; each
 	// expires on its own. Default 30 days (responses.DefaultRetention).
 	ResponsesRetention time.Duration
+	// ConsoleSecureCookies marks the web console's session cookie Secure
+	// on plain HTTP too: for an edge behind a TLS-terminating proxy that
+	// does not send X-Forwarded-Proto.
+	ConsoleSecureCookies bool
 }
 
 // DefaultBatchWindow is the batch window unless configured.
@@ -410,7 +415,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	}
 	kvs := map[string]jetstream.KeyValue{}
 	for _, b := range []string{events.BucketUploads, events.BucketBudgets, events.BucketRateLimits, events.BucketFiles, events.BucketVectorStores, events.BucketVectorStoreFiles,
-		events.BucketBatches, events.BucketBatchQueues, events.BucketSemanticCache, events.BucketResponses, events.BucketPrompts} {
+		events.BucketBatches, events.BucketBatchQueues, events.BucketSemanticCache, events.BucketResponses, events.BucketPrompts, events.BucketContainers} {
 		if kvs[b], err = js.KeyValue(ctx, b); err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b, err)
 		}
@@ -474,6 +479,12 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC, Cache: d.cache}).Routes(d.mux)
 	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
+	con, err := console.New(console.Deps{API: d.mux, AdminKey: s.cfg.AdminKey, Batches: kvs[events.BucketBatches], VectorStores: kvs[events.BucketVectorStores],
+		VectorStoreFiles: kvs[events.BucketVectorStoreFiles], Containers: kvs[events.BucketContainers], JS: js, Logger: s.log, SecureCookies: s.cfg.ConsoleSecureCookies})
+	if err != nil {
+		return nil, err
+	}
+	con.Routes(d.mux)
 	return d, nil
 }
 
