@@ -35,6 +35,7 @@ type serveFlags struct {
 	credsDir                      string
 	logLevel                      string
 	grace                         time.Duration
+	drainDelay                    time.Duration
 	idle                          time.Duration
 	maxConns                      int
 	consoleSecure                 bool
@@ -73,6 +74,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.listen, "listen", env("AIFORGE_LISTEN", "127.0.0.1:8080"), "HTTP address of the API (edge)")
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
+	c.Flags().DurationVar(&f.drainDelay, "drain-delay", envDuration("AIFORGE_DRAIN_DELAY", 0), "edge: on shutdown, go on serving this long with readiness off and \"Connection: close\" on every response, so a load balancer and kept-alive clients leave it before it stops accepting (behind a load balancer: a few seconds)")
 	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
 	c.Flags().BoolVar(&f.consoleSecure, "console-secure-cookies", env("AIFORGE_CONSOLE_SECURE_COOKIES", "") == "true", "edge: mark the web console's session cookie Secure on plain HTTP too (behind a TLS proxy that sends no X-Forwarded-Proto)")
@@ -140,6 +142,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 		}
 	}
 	o.Edge.ShutdownGrace = f.grace
+	o.Edge.DrainDelay = f.drainDelay
 	o.Edge.IdleTimeout = f.idle
 	o.Edge.MaxConnections = f.maxConns
 	o.Edge.ConsoleSecureCookies = f.consoleSecure

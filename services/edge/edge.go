@@ -84,6 +84,14 @@ type Config struct {
 	// ShutdownGrace is how long streams in flight may finish on shutdown
 	// before they are ended with an error. Default 30s.
 	ShutdownGrace time.Duration
+	// DrainDelay is how long, on shutdown, the edge goes on serving with
+	// readiness off before it stops accepting: a load balancer (or a
+	// Kubernetes Service) takes it out of rotation meanwhile, and every
+	// response carries "Connection: close", so clients leave its kept-alive
+	// connections after their current request instead of sending one on a
+	// connection the closing server is tearing down. Default 0 (stop
+	// accepting at once, as on a laptop).
+	DrainDelay time.Duration
 	// Streams tunes stream definitions created at start.
 	Streams events.StreamOptions
 	// UploadPartBytes is the part size of resumable model uploads. Default
@@ -166,7 +174,7 @@ func (c Config) Validate() error {
 	if len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("AdminKey must be at least 16 characters"))
 	}
-	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.FailoverWait < 0 || c.Cooldown < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
+	if c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.NoWorkerWait < 0 || c.HeartbeatTimeout < 0 || c.ShutdownGrace < 0 || c.DrainDelay < 0 || c.FailoverWait < 0 || c.Cooldown < 0 || c.UploadPartBytes < 0 || c.ReservationTTL < 0 ||
 		c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.BodyGrace < 0 || c.MinBodyRate < 0 || c.MaxConnections < 0 || c.BatchWindow < 0 || c.ResponsesRetention < 0 {
 		errs = append(errs, errors.New("limits and durations must not be negative"))
 	}
@@ -209,7 +217,10 @@ type Service struct {
 
 	ready    atomic.Bool
 	draining atomic.Bool
-	addr     atomic.Value
+	// leaving is set for the DrainDelay before draining: readiness is off
+	// and connections close after their response, requests are served.
+	leaving atomic.Bool
+	addr    atomic.Value
 	// api serves the domains once Run has opened what they need; before,
 	// only health and metrics answer.
 	api atomic.Pointer[http.Handler]
@@ -335,6 +346,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	})
 	s.booting = boot
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.leaving.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		// The API answers once the directory holds every key and model:
 		// before, a valid key would be refused as unknown (401), so a
 		// restarted edge answers 503 "is starting" until then.
@@ -352,7 +366,7 @@ func (s *Service) Handler() http.Handler { return s.handler }
 
 // Ready reports whether the edge serves traffic.
 func (s *Service) Ready() bool {
-	return s.ready.Load() && !s.draining.Load() && (s.deps.Ready == nil || s.deps.Ready())
+	return s.ready.Load() && !s.leaving.Load() && !s.draining.Load() && (s.deps.Ready == nil || s.deps.Ready())
 }
 
 // Addr is the address the edge listens on, once Run started.
@@ -513,6 +527,10 @@ func (s *Service) sealLegacyEngineKeys(ctx context.Context, store *registry.Stor
 	}
 }
 
+// serveWithin bounds how long a starting edge holds its bound listener
+// unserved while its directory syncs.
+const serveWithin = 10 * time.Second
+
 // Run serves until ctx ends, then drains: readiness turns false, no new
 // requests are accepted, open streams get ShutdownGrace to finish and are
 // then ended with an SSE error.
@@ -561,15 +579,30 @@ func (s *Service) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serve := sync.OnceFunc(func() { go func() { serveErr <- srv.Serve(ln) }() })
 
-	// Ready once the directory delivered its initial state.
+	// Ready once the directory delivered its initial state. Until then the
+	// listener is bound but not served, for up to serveWithin: a client
+	// that connects meanwhile waits in the accept queue for the moment it
+	// takes (well under a second) instead of getting 503 "is starting"; an
+	// edge whose directory takes longer serves, and answers that.
 	synced := make(chan error, 1)
 	go func() { synced <- d.dir.WaitSynced(ctx) }()
+	early := time.NewTimer(serveWithin)
+	defer early.Stop()
 	select {
-	case err := <-serveErr:
-		return fmt.Errorf("edge: serve: %w", err)
 	case <-synced:
+		serve()
+	case <-early.C:
+		s.log.Warn("the key and model directory is not synced yet: serving, 503 \"is starting\" until it is", "after", serveWithin.String())
+		serve()
+		select {
+		case err := <-serveErr:
+			return fmt.Errorf("edge: serve: %w", err)
+		case <-synced:
+		}
+	case <-ctx.Done():
+		serve()
 	}
 	if ctx.Err() == nil {
 		s.ready.Store(true)
@@ -577,6 +610,17 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case err := <-serveErr:
+			return fmt.Errorf("edge: serve: %w", err)
+		}
+	}
+	if s.cfg.DrainDelay > 0 {
+		s.leaving.Store(true)
+		s.log.Info("edge leaving: readiness off, connections close after their response", "drain_delay", s.cfg.DrainDelay.String())
+		t := time.NewTimer(s.cfg.DrainDelay)
+		select {
+		case <-t.C:
+		case err := <-serveErr:
+			t.Stop()
 			return fmt.Errorf("edge: serve: %w", err)
 		}
 	}

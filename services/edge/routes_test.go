@@ -326,8 +326,14 @@ func TestSemanticCacheExactSimilarTenantsAndStreams(t *testing.T) {
 	r = h.do("POST", "/v1/chat/completions", acme, streamed, nil)
 	chunks, _ = readSSE(t, r.body)
 	streamedContent := sseContent(t, chunks)
+	// Until the streamed answer is kept, asking again is a miss, or a
+	// similarity hit of an earlier entry: counted, as each has its usage.
+	similar := 1
 	eventually(t, 5*time.Second, func() bool {
 		r = h.do("POST", "/v1/chat/completions", acme, chatPrompt("chat", "Name three prime numbers", zero), nil)
+		if r.header.Get("X-Aiforge-Cache") == "similar" {
+			similar++
+		}
 		return r.header.Get("X-Aiforge-Cache") == "exact"
 	}, "a hit of a streamed answer")
 	if got := r.json(t)["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"]; got != streamedContent {
@@ -347,7 +353,10 @@ func TestSemanticCacheExactSimilarTenantsAndStreams(t *testing.T) {
 				kinds[ev.Cache]++
 			}
 		}
-		return kinds["exact"] >= 3 && kinds["similar"] == 1
+		if kinds["similar"] > similar {
+			t.Fatalf("%d usage events of similarity hits, %d hits answered", kinds["similar"], similar)
+		}
+		return kinds["exact"] >= 3 && kinds["similar"] == similar
 	}, "usage events of the hits")
 
 	// Invalidation: the tenant's entries of the model go.
