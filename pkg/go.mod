@@ -13,6 +13,8 @@ require (
 	golang.org/x/text v0.43.0
 )
 
+require go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -16,6 +16,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,6 +55,9 @@ type Deps struct {
 	JS      jetstream.JetStream
 	Objects objstore.Store
 	Logger  *slog.Logger
+	// Tracer creates the service's spans; default no-op (trace context
+	// still flows from event to event).
+	Tracer trace.TracerProvider
 }
 
 // Service embeds chunked files.
@@ -83,6 +89,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
 	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "embedder"), analyzer: lexical.NewEnglish()}, nil
 }
 
@@ -99,6 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "embedder", MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff, Logger: s.log,
 		FilterSubjects: []string{events.DocsChunkedAll},
+		Tracer:         s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/embedder"),
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocChunkedV1))
 	})

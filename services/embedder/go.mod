@@ -7,6 +7,7 @@ replace github.com/aiforge/aiforge/pkg => ../../pkg
 require (
 	github.com/aiforge/aiforge/pkg v0.0.0
 	github.com/nats-io/nats.go v1.55.0
+	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
@@ -26,6 +27,7 @@ require (
 	github.com/rs/xid v1.6.0 // indirect
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect

@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -61,6 +64,9 @@ type Deps struct {
 	// Parser parses untrusted files. aiforge up and run ingest use a
 	// ChildProcess; nil parses in process (InProcess), as tests do.
 	Parser Parser
+	// Tracer creates the service's spans; default no-op (trace context
+	// still flows from event to event).
+	Tracer trace.TracerProvider
 }
 
 // Service parses and chunks the files added to vector stores.
@@ -105,6 +111,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
 	if deps.Parser == nil {
 		p, err := NewInProcess()
 		if err != nil {
@@ -125,6 +134,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream: events.StreamDocs, Durable: "ingest", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
 		FilterSubjects: []string{events.DocsIngestRequestedAll},
 		Concurrency:    s.cfg.Window, MaxAckPending: s.cfg.Window,
+		Tracer: s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/ingest"),
 		OrderKey: func(_ events.Envelope, ev events.Event) string {
 			r := ev.(*events.DocIngestRequestedV1)
 			return r.Tenant + "/" + r.StoreID + "/" + r.FileID
