@@ -13,7 +13,10 @@ require (
 	golang.org/x/text v0.43.0
 )
 
-require go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+require (
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

@@ -103,6 +103,9 @@ type ConsumerConfig struct {
 	// publisher's span). Without it the handler's context still carries
 	// that remote parent, so what it publishes stays in the same trace.
 	Tracer trace.Tracer
+	// Metrics, when set, counts the consumer's deliveries by outcome and
+	// records its backlog and lag (NewConsumerMetrics).
+	Metrics *ConsumerMetrics
 }
 
 // Validate reports every problem of c, joined with errors.Join. It never
@@ -571,14 +574,17 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 		err = fmt.Errorf("%w: no %s header", ErrInvalid, HeaderType)
 	}
 	log = log.With("type", env.Type, "id", env.ID)
+	c.cfg.Metrics.delivered(c.cfg.Durable, md.NumPending, env.Time, time.Now())
 	switch {
 	case errors.Is(err, ErrUnknownType):
 		c.stats.unknown.Add(1)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeUnknown)
 		log.Debug("events: unknown event type; acked")
 		c.ack(log, msg)
 		return
 	case errors.Is(err, ErrInvalid):
 		c.stats.invalid.Add(1)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeInvalid)
 		log.Warn("events: invalid event; dead-lettering", "err", err)
 		c.deadLetter(log, msg, md, err)
 		return
@@ -588,6 +594,7 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 		err = c.call(ctx, msg, env, ev)
 		if err == nil {
 			c.stats.handled.Add(1)
+			c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeHandled)
 			c.ack(log, msg)
 			return
 		}
@@ -596,11 +603,13 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 	c.stats.failed.Add(1)
 	if md.NumDelivered >= uint64(c.cfg.MaxDeliver) {
 		log.Warn("events: handler failed on the last delivery; dead-lettering", "err", err)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeDeadLettered)
 		c.deadLetter(log, msg, md, err)
 		return
 	}
 	delay := c.cfg.backoff(md.NumDelivered)
 	log.Info("events: handler failed; retrying", "err", err, "delay", delay)
+	c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeRetried)
 	c.retry(log, msg, delay)
 }
 

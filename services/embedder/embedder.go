@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -58,12 +60,16 @@ type Deps struct {
 	// Tracer creates the service's spans; default no-op (trace context
 	// still flows from event to event).
 	Tracer trace.TracerProvider
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service embeds chunked files.
 type Service struct {
 	cfg      Config
 	deps     Deps
+	metrics  *events.ConsumerMetrics // nil without Deps.Registerer
 	log      *slog.Logger
 	analyzer *lexical.Analyzer
 	client   *bridge.Client
@@ -92,7 +98,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Tracer == nil {
 		deps.Tracer = noop.NewTracerProvider()
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "embedder"), analyzer: lexical.NewEnglish()}, nil
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "embedder", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "embedder"), analyzer: lexical.NewEnglish(), metrics: cm}, nil
 }
 
 // Run consumes chunked files until ctx ends.
@@ -109,6 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream: events.StreamDocs, Durable: "embedder", MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff, Logger: s.log,
 		FilterSubjects: []string{events.DocsChunkedAll},
 		Tracer:         s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/embedder"),
+		Metrics:        s.metrics,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocChunkedV1))
 	})

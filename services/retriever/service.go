@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -50,12 +52,16 @@ type Deps struct {
 	// Tracer creates the service's spans; default no-op (trace context
 	// still flows from event to event).
 	Tracer trace.TracerProvider
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service indexes and searches.
 type Service struct {
 	cfg      Config
 	deps     Deps
+	metrics  *events.ConsumerMetrics // nil without Deps.Registerer
 	log      *slog.Logger
 	analyzer *lexical.Analyzer
 	client   *bridge.Client
@@ -78,7 +84,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Tracer == nil {
 		deps.Tracer = noop.NewTracerProvider()
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "retriever"), analyzer: lexical.NewEnglish()}, nil
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "retriever", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "retriever"), analyzer: lexical.NewEnglish(), metrics: cm}, nil
 }
 
 // Run indexes and answers queries until ctx ends.
@@ -99,6 +112,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream: events.StreamDocs, Durable: "retriever", Logger: s.log,
 		FilterSubjects: []string{events.DocsEmbeddedAll, events.DocsRemovedAll},
 		Tracer:         s.tracer(),
+		Metrics:        s.metrics,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		switch e := ev.(type) {
 		case *events.DocEmbeddedV1:
