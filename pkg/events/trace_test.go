@@ -62,7 +62,7 @@ func TestConsumerSpanContinuesPublisherTrace(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range consumer.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if attrs["messaging.system"] != "nats" || attrs["aiforge.tenant.id"] != "acme" || attrs["messaging.message.id"] != "traced-1" {
 		t.Errorf("attributes %v", attrs)
