@@ -14,6 +14,11 @@ require (
 )
 
 require (
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+)
+
+require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect

@@ -11,6 +11,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/spf13/cobra"
 )
 
@@ -58,11 +61,12 @@ func probe(ctx context.Context, rawURL string, timeout time.Duration) error {
 	return nil
 }
 
-// serveHealth serves GET /healthz (200 while the process runs) and GET
-// /readyz (200 when ready reports true, else 503) on addr, for `aiforge run`
-// targets that have no HTTP port of their own. It returns the bound
-// address; the caller calls stop.
-func serveHealth(addr string, ready func() bool, log *slog.Logger) (bound net.Addr, stop func(), err error) {
+// serveHealth serves GET /healthz (200 while the process runs), GET
+// /readyz (200 when ready reports true, else 503) and, with a gatherer, GET
+// /metrics (the process's Prometheus metrics, text exposition) on addr,
+// for `aiforge run` targets that have no HTTP port of their own. It
+// returns the bound address; the caller calls stop.
+func serveHealth(addr string, ready func() bool, metrics prometheus.Gatherer, log *slog.Logger) (bound net.Addr, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--health-listen %s: %w", addr, err)
@@ -78,6 +82,9 @@ func serveHealth(addr string, ready func() bool, log *slog.Logger) (bound net.Ad
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}}))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -86,3 +93,8 @@ func serveHealth(addr string, ready func() bool, log *slog.Logger) (bound net.Ad
 	}()
 	return ln.Addr(), func() { _ = srv.Close() }, nil
 }
+
+// slogErrorLog is promhttp's error log on slog.
+type slogErrorLog struct{ log *slog.Logger }
+
+func (l slogErrorLog) Println(v ...any) { l.log.Warn("metrics: " + fmt.Sprint(v...)) }

@@ -2,17 +2,25 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestHealthListenerAndProbe(t *testing.T) {
 	var ready atomic.Bool
-	addr, stop, err := serveHealth("127.0.0.1:0", ready.Load, slog.Default())
+	reg := prometheus.NewRegistry()
+	served := prometheus.NewCounter(prometheus.CounterOpts{Name: "aiforge_test_probe_total", Help: "test"})
+	reg.MustRegister(served)
+	served.Add(3)
+	addr, stop, err := serveHealth("127.0.0.1:0", ready.Load, reg, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +38,15 @@ func TestHealthListenerAndProbe(t *testing.T) {
 	ready.Store(true)
 	if err := probe(ctx, base+"/readyz", 5*time.Second); err != nil {
 		t.Fatalf("/readyz once ready: %v", err)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "aiforge_test_probe_total 3") {
+		t.Fatalf("/metrics: %d %s", resp.StatusCode, body)
 	}
 	err = probe(ctx, base+"/nothing", 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "404") {
@@ -64,7 +81,7 @@ func TestHealthListenBusyAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, _, err = serveHealth(ln.Addr().String(), func() bool { return true }, slog.Default())
+	_, _, err = serveHealth(ln.Addr().String(), func() bool { return true }, nil, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "--health-listen") {
 		t.Fatalf("busy address: got %v, want a --health-listen error", err)
 	}

@@ -320,6 +320,11 @@ func upCmd() *cobra.Command {
 			}
 			// Bind before saying where the API is: a busy port is an
 			// error here, not a printed URL followed by a failure.
+			stopTracing, err := setupTracing(cmd.Context(), &o, "aiforge")
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			ln, err := listenAPI(f.listen)
 			if err != nil {
 				return err
@@ -391,6 +396,11 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 				}
 				o.Worker = w
 			}
+			stopTracing, err := setupTracing(cmd.Context(), &o, serviceName(args[0]))
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			if args[0] == "edge" || args[0] == "all" {
 				ln, err := listenAPI(f.listen)
 				if err != nil {
@@ -410,7 +420,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 				if log == nil {
 					log = slog.Default()
 				}
-				_, stop, err := serveHealth(healthListen, a.Ready, log)
+				_, stop, err := serveHealth(healthListen, a.Ready, a.Registry, log)
 				if err != nil {
 					if o.EdgeListener != nil {
 						_ = o.EdgeListener.Close()
@@ -423,7 +433,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 		},
 	}
 	f.add(c, false)
-	c.Flags().StringVar(&healthListen, "health-listen", env("AIFORGE_HEALTH_LISTEN", ""), "serve GET /healthz (alive) and GET /readyz (every module of this process ready: 200, else 503) on this address, for probes of targets without an HTTP port (\"aiforge healthcheck\")")
+	c.Flags().StringVar(&healthListen, "health-listen", env("AIFORGE_HEALTH_LISTEN", ""), "serve GET /healthz (alive), GET /readyz (every module of this process ready: 200, else 503) and GET /metrics (Prometheus) on this address, for probes of targets without an HTTP port (\"aiforge healthcheck\")")
 	c.Flags().StringVar(&w.Model, "model", "", "worker: the served model name")
 	c.Flags().StringVar(&w.Engine.BaseURL, "engine-url", "", "worker: the engine's OpenAI base URL, ending in /v1")
 	c.Flags().StringVar(&w.Engine.Model, "engine-model", "", "worker: the model name the engine serves")

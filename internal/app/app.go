@@ -123,6 +123,12 @@ type Options struct {
 	ParserCommand []string
 
 	Logger *slog.Logger
+	// Tracer creates every module's spans (internal/tracing.Setup builds
+	// one from the OTEL_* environment). Nil: an SDK provider that exports
+	// nothing, so aiforge's spans still name the trace context it passes
+	// on. The caller shuts down a provider it gave (flushing its spans)
+	// after Run returns.
+	Tracer trace.TracerProvider
 }
 
 // Vector indexes the retriever can use.
@@ -225,7 +231,13 @@ type App struct {
 	conns map[string]*nats.Conn
 
 	Registry *prometheus.Registry
-	Tracer   *sdktrace.TracerProvider
+	// metrics registers with Registry, keeping the descriptors
+	// (MetricNames).
+	metrics *describingRegisterer
+	Tracer  trace.TracerProvider
+	// ownTracer is the provider New built (Options.Tracer nil), shut down
+	// with the bus.
+	ownTracer *sdktrace.TracerProvider
 
 	edge  *edge.Service
 	wm    *worker.Metrics
@@ -272,9 +284,14 @@ func New(opts Options) (*App, error) {
 		opts.DataDir = abs
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
-	return &App{opts: opts, log: opts.Logger, Registry: reg, Tracer: tp}, nil
+	dr := &describingRegisterer{reg: reg}
+	dr.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a := &App{opts: opts, log: opts.Logger, Registry: reg, metrics: dr, Tracer: opts.Tracer}
+	if a.Tracer == nil {
+		a.ownTracer = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+		a.Tracer = a.ownTracer
+	}
+	return a, nil
 }
 
 // order expands groups and sorts the modules to set up: every module after
@@ -604,7 +621,9 @@ func (a *App) stopBus() {
 		a.srv.Shutdown()
 		a.srv.WaitForShutdown()
 	}
-	_ = a.Tracer.Shutdown(context.Background())
+	if a.ownTracer != nil {
+		_ = a.ownTracer.Shutdown(context.Background())
+	}
 }
 
 func (a *App) tracer() trace.TracerProvider { return a.Tracer }
@@ -652,7 +671,7 @@ func (a *App) buildEdge() (func(context.Context) error, func() bool, error) {
 	}
 	objects := a.store
 	e, err := edge.New(cfg, edge.Deps{
-		NC: nc, JS: js, Logger: a.log, Registerer: a.Registry, Gatherer: a.Registry,
+		NC: nc, JS: js, Logger: a.log, Registerer: a.metrics, Gatherer: a.Registry,
 		Tracer: a.tracer(), Listener: a.opts.EdgeListener, Ready: a.Ready, Objects: objects,
 	})
 	if err != nil {
@@ -684,7 +703,7 @@ func (a *App) workerMetrics() (*worker.Metrics, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.wm == nil {
-		m, err := worker.NewMetrics(a.Registry)
+		m, err := worker.NewMetrics(a.metrics)
 		if err != nil {
 			return nil, err
 		}
@@ -763,7 +782,7 @@ func (a *App) buildUsage() (func(context.Context) error, func() bool, error) {
 	}
 	cfg := a.opts.Usage
 	cfg.Streams = a.opts.Edge.Streams
-	u, err := usage.New(cfg, usage.Deps{NC: nc, JS: js, Logger: a.log, Registerer: a.Registry})
+	u, err := usage.New(cfg, usage.Deps{NC: nc, JS: js, Logger: a.log, Registerer: a.metrics})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -788,7 +807,7 @@ func (a *App) buildIngest() (func(context.Context) error, func() bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	deps := ingest.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log}
+	deps := ingest.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log, Tracer: a.tracer(), Registerer: a.metrics}
 	if len(a.opts.ParserCommand) > 0 {
 		deps.Parser = &ingest.ChildProcess{Command: a.opts.ParserCommand}
 	}
@@ -808,7 +827,7 @@ func (a *App) buildEmbedder() (func(context.Context) error, func() bool, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := embedder.New(embedder.Config{}, embedder.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log})
+	s, err := embedder.New(embedder.Config{}, embedder.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log, Tracer: a.tracer(), Registerer: a.metrics})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -828,7 +847,7 @@ func (a *App) buildRetriever() (func(context.Context) error, func() bool, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := retriever.New(retriever.Config{}, retriever.Deps{NC: nc, JS: js, Objects: objects, Index: idx, Logger: a.log})
+	s, err := retriever.New(retriever.Config{}, retriever.Deps{NC: nc, JS: js, Objects: objects, Index: idx, Logger: a.log, Tracer: a.tracer(), Registerer: a.metrics})
 	if err != nil {
 		_ = idx.Close()
 		return nil, nil, err
@@ -889,7 +908,7 @@ func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) 
 			return nil, nil, fmt.Errorf("guardian scratch dir: %w", err)
 		}
 	}
-	s, err := guardian.New(cfg, guardian.Deps{JS: js, Objects: objects, Logger: a.log})
+	s, err := guardian.New(cfg, guardian.Deps{JS: js, Objects: objects, Logger: a.log, Registerer: a.metrics})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -913,7 +932,7 @@ func (a *App) buildBatch() (func(context.Context) error, func() bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := batchsvc.New(a.opts.Batch, batchsvc.Deps{NC: nc, JS: js, Objects: objects, SecretsKey: priv, Logger: a.log, Registerer: a.Registry})
+	s, err := batchsvc.New(a.opts.Batch, batchsvc.Deps{NC: nc, JS: js, Objects: objects, SecretsKey: priv, Logger: a.log, Registerer: a.metrics, Tracer: a.tracer()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -946,7 +965,7 @@ func (a *App) buildSandbox() (func(context.Context) error, func() bool, error) {
 		}
 		cfg.StateDir = filepath.Join(a.opts.DataDir, "sandbox")
 	}
-	s, err := sandboxsvc.New(cfg, sandboxsvc.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log, Registerer: a.Registry})
+	s, err := sandboxsvc.New(cfg, sandboxsvc.Deps{NC: nc, JS: js, Objects: objects, Logger: a.log, Registerer: a.metrics, Tracer: a.tracer()})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/telemetry"
 )
 
 // ClientConfig configures the edge side of the bridge.
@@ -272,6 +273,10 @@ func (c *Client) attempt(ctx context.Context, subject string, req *OutRequest, a
 	m := &nats.Msg{Subject: subject, Reply: c.prefix + tok, Data: req.Body, Header: nats.Header{}}
 	for k, v := range req.Header {
 		m.Header[k] = v
+	}
+	if _, ok := m.Header[events.HeaderTraceParent]; !ok {
+		// The caller's span, if any: the worker's span is its child.
+		telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(m.Header))
 	}
 	m.Header.Set(HdrRequestID, req.ID)
 	m.Header.Set(HdrTenant, req.Tenant)

@@ -16,6 +16,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aiforge/aiforge/pkg/telemetry"
 )
 
 // Headers added to a dead-lettered copy of a message, beside its original
@@ -93,6 +98,14 @@ type ConsumerConfig struct {
 	OrderKey func(Envelope, Event) string
 	// Logger receives the consumer's logs. Default discards.
 	Logger *slog.Logger
+	// Tracer, when set, starts a consumer span around each handled
+	// delivery, a child of the trace context in the message's headers (the
+	// publisher's span). Without it the handler's context still carries
+	// that remote parent, so what it publishes stays in the same trace.
+	Tracer trace.Tracer
+	// Metrics, when set, counts the consumer's deliveries by outcome and
+	// records its backlog and lag (NewConsumerMetrics).
+	Metrics *ConsumerMetrics
 }
 
 // Validate reports every problem of c, joined with errors.Join. It never
@@ -561,14 +574,17 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 		err = fmt.Errorf("%w: no %s header", ErrInvalid, HeaderType)
 	}
 	log = log.With("type", env.Type, "id", env.ID)
+	c.cfg.Metrics.delivered(c.cfg.Durable, md.NumPending, env.Time, time.Now())
 	switch {
 	case errors.Is(err, ErrUnknownType):
 		c.stats.unknown.Add(1)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeUnknown)
 		log.Debug("events: unknown event type; acked")
 		c.ack(log, msg)
 		return
 	case errors.Is(err, ErrInvalid):
 		c.stats.invalid.Add(1)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeInvalid)
 		log.Warn("events: invalid event; dead-lettering", "err", err)
 		c.deadLetter(log, msg, md, err)
 		return
@@ -578,6 +594,7 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 		err = c.call(ctx, msg, env, ev)
 		if err == nil {
 			c.stats.handled.Add(1)
+			c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeHandled)
 			c.ack(log, msg)
 			return
 		}
@@ -586,11 +603,13 @@ func (c *Consumer) process(ctx context.Context, msg jetstream.Msg) {
 	c.stats.failed.Add(1)
 	if md.NumDelivered >= uint64(c.cfg.MaxDeliver) {
 		log.Warn("events: handler failed on the last delivery; dead-lettering", "err", err)
+		c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeDeadLettered)
 		c.deadLetter(log, msg, md, err)
 		return
 	}
 	delay := c.cfg.backoff(md.NumDelivered)
 	log.Info("events: handler failed; retrying", "err", err, "delay", delay)
+	c.cfg.Metrics.outcome(c.cfg.Durable, OutcomeRetried)
 	c.retry(log, msg, delay)
 }
 
@@ -604,6 +623,32 @@ func (c *Consumer) call(ctx context.Context, msg jetstream.Msg, env Envelope, ev
 	l.timer = time.AfterFunc(c.cfg.AckWait, func() { cancel(context.DeadlineExceeded) })
 	defer l.timer.Stop()
 	hctx = context.WithValue(hctx, leaseKey{}, l)
+	hctx = telemetry.Propagator.Extract(hctx, telemetry.NATSCarrier(msg.Headers()))
+	if c.cfg.Tracer != nil {
+		var span trace.Span
+		hctx, span = c.cfg.Tracer.Start(hctx, c.cfg.Durable+" process", trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() {
+			span.SetAttributes(
+				attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.operation.type", "process"),
+				attribute.String("messaging.destination.name", msg.Subject()),
+				attribute.String("messaging.consumer.group.name", c.cfg.Durable),
+				attribute.String("messaging.message.id", env.ID),
+				attribute.String("aiforge.event.type", env.Type),
+				attribute.String("aiforge.tenant.id", env.Tenant),
+			)
+			if md, merr := msg.Metadata(); merr == nil {
+				span.SetAttributes(attribute.Int64("messaging.nats.delivery_count", int64(md.NumDelivered)))
+			}
+		}
+		defer func() {
+			if err != nil {
+				span.SetStatus(codes.Error, "handler failed")
+				span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", err)))
+			}
+			span.End()
+		}()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("events: handler panic", "type", env.Type, "id", env.ID, "panic", r, "stack", string(debug.Stack()))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/telemetry"
 )
 
 // Envelope headers, after the CloudEvents NATS binding (binary mode). The id
@@ -126,7 +128,13 @@ func ReadEnvelope(h nats.Header) Envelope {
 // waiting for the stream's acknowledgement. Publishing the same envelope id
 // twice within the stream's duplicate window stores it once (ack.Duplicate
 // is then true).
+//
+// An envelope without a traceparent takes the span in ctx, if any: an event
+// published while handling a traced request or event continues its trace.
 func Publish(ctx context.Context, js jetstream.JetStream, ev Event, env Envelope) (*jetstream.PubAck, error) {
+	if env.TraceParent == "" {
+		env.TraceParent = telemetry.TraceParent(ctx)
+	}
 	m, err := Marshal(ev, env)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,6 +190,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Scheduler orders admission; default the fair-share scheduler.
 	Scheduler Scheduler
+	// Tracer creates a span per line attempt (the parent of the worker's);
+	// default no-op.
+	Tracer trace.TracerProvider
 }
 
 func (d Deps) validate() error {

@@ -12,6 +12,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go"
 
 	api "github.com/aiforge/aiforge/pkg/batch"
@@ -97,6 +102,31 @@ func (s *Service) serveLine(ctx context.Context, r *runner, l *line, worker stri
 	}
 	final := attempt >= uint64(s.cfg.LineAttempts)
 	res := &events.BatchResultV1{BatchID: ev.BatchID, Tenant: ev.Tenant, Index: ev.Index, CustomID: ev.CustomID, RequestID: id}
+
+	// One span per attempt, the parent of the worker's: a trace per line
+	// (or, when the line carries one, the trace it was queued in).
+	ctx = telemetry.Propagator.Extract(ctx, telemetry.NATSCarrier(l.msg.Headers()))
+	ctx, span := s.tracer.Start(ctx, "batch line", trace.WithSpanKind(trace.SpanKindClient))
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
+			if res.ErrorCode != "" {
+				span.SetStatus(codes.Error, res.ErrorCode)
+				span.SetAttributes(attribute.String("error.type", res.ErrorCode))
+			} else if res.StatusCode >= 400 {
+				span.SetStatus(codes.Error, strconv.Itoa(res.StatusCode))
+			}
+		}
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("aiforge.batch.id", ev.BatchID), attribute.Int64("aiforge.batch.line", ev.Index),
+			attribute.Int64("aiforge.batch.attempt", int64(attempt)),
+			attribute.String("gen_ai.request.model", ev.Model), attribute.String("aiforge.request_id", id),
+			attribute.String("aiforge.tenant.id", ev.Tenant), attribute.String("aiforge.key.id", ev.KeyID),
+		)
+	}
 
 	endpoint, body, err := prepareLine(ev.URL, ev.Body)
 	if err != nil {

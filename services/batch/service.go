@@ -48,6 +48,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -60,10 +63,11 @@ import (
 
 // Service is one batch service replica.
 type Service struct {
-	cfg  Config
-	deps Deps
-	log  *slog.Logger
-	m    *metrics
+	cfg    Config
+	deps   Deps
+	log    *slog.Logger
+	m      *metrics
+	tracer trace.Tracer
 
 	batches jetstream.KeyValue
 	files   jetstream.KeyValue
@@ -96,6 +100,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
 	if deps.Scheduler == nil {
 		deps.Scheduler = defaultScheduler(cfg)
 	}
@@ -105,6 +112,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, deps: deps, log: deps.Logger.With("service", "batch"), m: m,
+		tracer:    deps.Tracer.Tracer("github.com/aiforge/aiforge/services/batch"),
 		lineReg:   events.NewRegistry(func() events.Event { return new(events.BatchLineV1) }),
 		resultReg: events.NewRegistry(func() events.Event { return new(events.BatchResultV1) }),
 		runners:   map[string]*runner{},

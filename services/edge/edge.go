@@ -206,12 +206,14 @@ type Deps struct {
 
 // Service is one edge replica.
 type Service struct {
-	cfg        Config
-	deps       Deps
-	log        *slog.Logger
-	tracer     trace.Tracer
-	metrics    *inference.Metrics
-	modMetrics *moderations.Metrics
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics *inference.Metrics
+	// modelGauges reads the directory of the running domains.
+	modelGauges *modelMetrics
+	modMetrics  *moderations.Metrics
 	// connMetrics count client connections.
 	connMetrics *connMetrics
 
@@ -330,6 +332,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: metrics: %w", err)
 	}
+	wm, err := newModelMetrics(deps.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("edge: metrics: %w", err)
+	}
 	s := &Service{
 		cfg: cfg, deps: deps,
 		log:         deps.Logger.With("service", "edge", "instance", cfg.InstanceID),
@@ -337,6 +343,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		metrics:     m,
 		modMetrics:  mm,
 		connMetrics: cm,
+		modelGauges: wm,
 	}
 	s.streamCtx, s.endStreams = context.WithCancelCause(context.Background())
 	boot := http.NewServeMux()
@@ -448,6 +455,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 			d.inference.Revoke(c.ID)
 		}
 	}})
+	s.modelGauges.view.Store(d.dir)
 	d.cache, err = semcache.New(semcache.Deps{KV: kvs[events.BucketSemanticCache], Embed: client, JS: js, InstanceID: s.cfg.InstanceID,
 		Logger: s.log, Registerer: s.deps.Registerer})
 	if err != nil {

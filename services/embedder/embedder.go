@@ -16,6 +16,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,12 +57,19 @@ type Deps struct {
 	JS      jetstream.JetStream
 	Objects objstore.Store
 	Logger  *slog.Logger
+	// Tracer creates the service's spans; default no-op (trace context
+	// still flows from event to event).
+	Tracer trace.TracerProvider
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service embeds chunked files.
 type Service struct {
 	cfg      Config
 	deps     Deps
+	metrics  *events.ConsumerMetrics // nil without Deps.Registerer
 	log      *slog.Logger
 	analyzer *lexical.Analyzer
 	client   *bridge.Client
@@ -83,7 +95,17 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "embedder"), analyzer: lexical.NewEnglish()}, nil
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "embedder", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "embedder"), analyzer: lexical.NewEnglish(), metrics: cm}, nil
 }
 
 // Run consumes chunked files until ctx ends.
@@ -99,6 +121,8 @@ func (s *Service) Run(ctx context.Context) error {
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "embedder", MaxDeliver: s.cfg.MaxDeliver, Backoff: backoff, Logger: s.log,
 		FilterSubjects: []string{events.DocsChunkedAll},
+		Tracer:         s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/embedder"),
+		Metrics:        s.metrics,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handle(ctx, ev.(*events.DocChunkedV1))
 	})

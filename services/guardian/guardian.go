@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/catalog"
@@ -112,6 +114,9 @@ type Deps struct {
 	// HTTPClient is used for the hub; default http.DefaultClient's
 	// transport.
 	HTTPClient *http.Client
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service scans model versions and mirrors hub repositories.
@@ -120,6 +125,8 @@ type Service struct {
 	deps Deps
 	log  *slog.Logger
 	hub  *hub.Client
+	// metrics are the consumers'; nil without Deps.Registerer.
+	metrics *events.ConsumerMetrics
 
 	mu  sync.Mutex
 	cat *catalog.Store
@@ -165,7 +172,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guardian: %w", err)
 	}
-	return &Service{cfg: cfg, deps: deps, log: log, hub: hc}, nil
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "guardian", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: log, hub: hc, metrics: cm}, nil
 }
 
 // Run consumes uploads (scanner) and pull requests (mirror) until ctx ends.
@@ -181,7 +195,7 @@ func (s *Service) Run(ctx context.Context) error {
 	scanReg := events.NewRegistry(func() events.Event { return &events.ModelUploadedV1{} })
 	scanner, err := events.NewConsumer(s.deps.JS, scanReg, events.ConsumerConfig{
 		Stream: events.StreamModels, Durable: "guardian-scan", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
-		AckWait: s.cfg.ScanAckWait, MaxAckPending: 16,
+		AckWait: s.cfg.ScanAckWait, MaxAckPending: 16, Metrics: s.metrics,
 		FilterSubjects: []string{events.ModelsUploadedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handleUploaded(ctx, ev.(*events.ModelUploadedV1))
@@ -192,7 +206,7 @@ func (s *Service) Run(ctx context.Context) error {
 	mirrorReg := events.NewRegistry(func() events.Event { return &events.ModelPullRequestedV1{} })
 	mirror, err := events.NewConsumer(s.deps.JS, mirrorReg, events.ConsumerConfig{
 		Stream: events.StreamModels, Durable: "guardian-mirror", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
-		AckWait: s.cfg.MirrorAckWait, MaxAckPending: 4,
+		AckWait: s.cfg.MirrorAckWait, MaxAckPending: 4, Metrics: s.metrics,
 		FilterSubjects: []string{events.ModelsPullRequestedAll},
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		return s.handlePull(ctx, ev.(*events.ModelPullRequestedV1))

@@ -11,6 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -61,6 +66,12 @@ type Deps struct {
 	// Parser parses untrusted files. aiforge up and run ingest use a
 	// ChildProcess; nil parses in process (InProcess), as tests do.
 	Parser Parser
+	// Tracer creates the service's spans; default no-op (trace context
+	// still flows from event to event).
+	Tracer trace.TracerProvider
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service parses and chunks the files added to vector stores.
@@ -68,7 +79,9 @@ type Service struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
-	fair *fairQueue
+	// metrics are the consumer's; nil without Deps.Registerer.
+	metrics *events.ConsumerMetrics
+	fair    *fairQueue
 	// stopping ends when Run's context does: work in progress is abandoned
 	// then (its request redelivered later) rather than holding shutdown for
 	// up to DocTimeout.
@@ -105,6 +118,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
 	if deps.Parser == nil {
 		p, err := NewInProcess()
 		if err != nil {
@@ -112,7 +128,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		}
 		deps.Parser = p
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), fair: newFairQueue(cfg.Workers, cfg.MaxPerTenant)}, nil
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "ingest", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "ingest"), fair: newFairQueue(cfg.Workers, cfg.MaxPerTenant), metrics: cm}, nil
 }
 
 // Run consumes ingest requests until ctx ends. Up to Window requests are
@@ -125,6 +148,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream: events.StreamDocs, Durable: "ingest", MaxDeliver: s.cfg.MaxDeliver, Logger: s.log,
 		FilterSubjects: []string{events.DocsIngestRequestedAll},
 		Concurrency:    s.cfg.Window, MaxAckPending: s.cfg.Window,
+		Tracer:  s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/ingest"),
+		Metrics: s.metrics,
 		OrderKey: func(_ events.Envelope, ev events.Event) string {
 			r := ev.(*events.DocIngestRequestedV1)
 			return r.Tenant + "/" + r.StoreID + "/" + r.FileID

@@ -12,6 +12,14 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aiforge/aiforge/pkg/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -41,12 +49,19 @@ type Deps struct {
 	Objects objstore.Store
 	Index   index.Index
 	Logger  *slog.Logger
+	// Tracer creates the service's spans; default no-op (trace context
+	// still flows from event to event).
+	Tracer trace.TracerProvider
+	// Registerer, when set, receives the metrics of the service's
+	// consumers (events.NewConsumerMetrics).
+	Registerer prometheus.Registerer
 }
 
 // Service indexes and searches.
 type Service struct {
 	cfg      Config
 	deps     Deps
+	metrics  *events.ConsumerMetrics // nil without Deps.Registerer
 	log      *slog.Logger
 	analyzer *lexical.Analyzer
 	client   *bridge.Client
@@ -66,7 +81,17 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "retriever"), analyzer: lexical.NewEnglish()}, nil
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
+	var cm *events.ConsumerMetrics
+	if deps.Registerer != nil {
+		var err error
+		if cm, err = events.NewConsumerMetrics(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("%s: metrics: %w", "retriever", err)
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, log: deps.Logger.With("service", "retriever"), analyzer: lexical.NewEnglish(), metrics: cm}, nil
 }
 
 // Run indexes and answers queries until ctx ends.
@@ -86,6 +111,8 @@ func (s *Service) Run(ctx context.Context) error {
 	c, err := events.NewConsumer(s.deps.JS, reg, events.ConsumerConfig{
 		Stream: events.StreamDocs, Durable: "retriever", Logger: s.log,
 		FilterSubjects: []string{events.DocsEmbeddedAll, events.DocsRemovedAll},
+		Tracer:         s.tracer(),
+		Metrics:        s.metrics,
 	}, func(ctx context.Context, _ events.Envelope, ev events.Event) error {
 		switch e := ev.(type) {
 		case *events.DocEmbeddedV1:
@@ -178,14 +205,24 @@ func (s *Service) fail(ctx context.Context, e *events.DocEmbeddedV1, code, msg s
 	return err
 }
 
+func (s *Service) tracer() trace.Tracer {
+	return s.deps.Tracer.Tracer("github.com/aiforge/aiforge/services/retriever")
+}
+
 func (s *Service) answer(ctx context.Context, m *nats.Msg) {
 	var req query.SearchRequest
 	reply := query.SearchReply{}
+	ctx = telemetry.Propagator.Extract(ctx, telemetry.NATSCarrier(m.Header))
+	ctx, span := s.tracer().Start(ctx, "retriever search", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	fail := func(status int, msg, param string) {
 		reply.Error = &query.SearchError{Status: status, Message: msg, Param: param}
+		span.SetStatus(codes.Error, msg)
 	}
 	var filter *index.Filter
-	if err := json.Unmarshal(m.Data, &req); err != nil || req.Tenant == "" {
+	err := json.Unmarshal(m.Data, &req)
+	span.SetAttributes(attribute.String("aiforge.tenant.id", req.Tenant), attribute.Int("aiforge.search.stores", len(req.StoreIDs)))
+	if err != nil || req.Tenant == "" {
 		fail(400, "malformed search request", "")
 	} else if filter, err = decodeFilter(req.Filter); err != nil {
 		fail(400, "malformed filters: "+err.Error(), "filters")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -285,6 +287,8 @@ type Deps struct {
 	// downloads.
 	Objects objstore.Store
 	Logger  *slog.Logger
+	// Tracer creates a span per call (create, exec, ...); default no-op.
+	Tracer trace.TracerProvider
 	// Registerer receives the service's metrics (never the global one).
 	Registerer prometheus.Registerer
 	// Runtime runs the sandboxes; default one built from Config (when

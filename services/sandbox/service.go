@@ -12,6 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -31,14 +37,15 @@ const endTimeout = 10 * time.Second
 
 // Service is one sandbox service replica.
 type Service struct {
-	cfg   Config
-	deps  Deps
-	log   *slog.Logger
-	m     *metrics
-	now   func() time.Time
-	pool  pool
-	rt    *runtime.Runtime // closed by Run when the service built it
-	sizes map[runtime.Class]int
+	cfg    Config
+	deps   Deps
+	log    *slog.Logger
+	m      *metrics
+	tracer trace.Tracer
+	now    func() time.Time
+	pool   pool
+	rt     *runtime.Runtime // closed by Run when the service built it
+	sizes  map[runtime.Class]int
 
 	records jetstream.KeyValue // events.BucketContainers
 	files   jetstream.KeyValue // events.BucketFiles
@@ -125,8 +132,12 @@ func newService(cfg Config, deps Deps, p pool) (*Service, error) {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
+	if deps.Tracer == nil {
+		deps.Tracer = noop.NewTracerProvider()
+	}
 	s := &Service{
-		cfg: cfg, deps: deps, log: deps.Logger.With("service", "sandbox", "node", cfg.Node), now: deps.Now, pool: p,
+		tracer: deps.Tracer.Tracer("github.com/aiforge/aiforge/services/sandbox"),
+		cfg:    cfg, deps: deps, log: deps.Logger.With("service", "sandbox", "node", cfg.Node), now: deps.Now, pool: p,
 		containers: map[string]*container{}, perTenant: map[string]int{}, sem: make(chan struct{}, maxInFlight),
 		readyc: make(chan struct{}),
 	}
@@ -323,12 +334,21 @@ func (s *Service) spawn(m *nats.Msg, op string, h handler) {
 
 func (s *Service) serve(m *nats.Msg, op string, h handler) {
 	who, err := callerOf(m)
+	ctx := telemetry.Propagator.Extract(s.base, telemetry.NATSCarrier(m.Header))
+	ctx, span := s.tracer.Start(ctx, "sandbox "+op, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("aiforge.sandbox.operation", op),
+			attribute.String("aiforge.tenant.id", who.tenant), attribute.String("aiforge.key.id", who.keyID))
+	}
 	var v any
 	if err == nil {
-		v, err = h(s.base, m, who)
+		v, err = h(ctx, m, who)
 	}
 	if err != nil {
 		eb, internal := errorBody(err)
+		span.SetStatus(codes.Error, eb.Code)
+		span.SetAttributes(attribute.String("error.type", eb.Code))
 		if internal {
 			s.log.Error("sandbox: call failed", "op", op, "tenant", who.tenant, "err", err)
 		}

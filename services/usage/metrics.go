@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,6 +28,10 @@ type metrics struct {
 	settleErr     prometheus.Counter
 	alerts        prometheus.Counter
 	queries       *prometheus.CounterVec
+	// tokens and cost are what the fold applied, per tenant and model
+	// (tenants and models are registered by operators: bounded).
+	tokens *prometheus.CounterVec
+	cost   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -84,11 +89,50 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.settleOK = m.settle.WithLabelValues("ok")
 	m.settleSkip = m.settle.WithLabelValues("skipped")
 	m.settleErr = m.settle.WithLabelValues("error")
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aiforge_usage_tokens_total",
+		Help: "Tokens folded into the ledger, by tenant, model and type (input, output). Counted as folded: after a restart the events since the last snapshot are folded, and counted, again.",
+	}, []string{"tenant", "model", "type"})
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aiforge_usage_cost_usd_total",
+		Help: "Cost folded into the ledger in USD at the price book in force, by tenant and model (\"sandbox\" for code execution). Counted as folded, like aiforge_usage_tokens_total.",
+	}, []string{"tenant", "model"})
 	for _, c := range []prometheus.Collector{m.folded, m.foldedSeq, m.dedupIDs, m.beyondHorizon, m.lag, m.snapshotDur, m.snapshotB, m.snapshotErr,
-		m.audits, m.auditDur, m.settle, m.alerts, m.queries} {
+		m.audits, m.auditDur, m.settle, m.alerts, m.queries, m.tokens, m.cost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// spent counts an applied event's tokens and cost per tenant and model.
+func (m *metrics) spent(ev events.Event, costNano int64) {
+	var u *events.UsageRecordedV1
+	switch e := ev.(type) {
+	case *events.UsageRecordedV1:
+		u = e
+	case *events.UsageRecordedV2:
+		u = &e.UsageRecordedV1
+	case *events.UsageRecordedV3:
+		u = &e.UsageRecordedV1
+	case *events.UsageRecordedV4:
+		u = &e.UsageRecordedV1
+	case *events.SandboxUsageV1:
+		if costNano != 0 {
+			m.cost.WithLabelValues(e.Tenant, "sandbox").Add(float64(costNano) / 1e9)
+		}
+		return
+	default:
+		return // corrections: their deltas are in the ledger, not here
+	}
+	if u.PromptTokens > 0 {
+		m.tokens.WithLabelValues(u.Tenant, u.Model, "input").Add(float64(u.PromptTokens))
+	}
+	if u.CompletionTokens > 0 {
+		m.tokens.WithLabelValues(u.Tenant, u.Model, "output").Add(float64(u.CompletionTokens))
+	}
+	if costNano > 0 {
+		m.cost.WithLabelValues(u.Tenant, u.Model).Add(float64(costNano) / 1e9)
+	}
 }

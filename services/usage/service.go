@@ -441,6 +441,7 @@ func (s *Service) foldMsg(seq uint64, h nats.Header, data []byte) {
 		s.log.Warn("invalid usage event skipped", "seq", seq, "id", id, "err", err)
 	case applied:
 		s.m.applied.Inc()
+		s.m.spent(ev, cost)
 		s.planSettlement(seq, ev, cost)
 	default:
 		s.m.duplicate.Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -47,21 +48,26 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 	c.Stream = req.Stream && c.Endpoint != engine.Embeddings
 
 	ctx = telemetry.Propagator.Extract(ctx, telemetry.NATSCarrier(req.Header))
-	ctx, span := s.tracer.Start(ctx, spanNames[c.Endpoint], trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := s.tracer.Start(ctx, spanNames[c.Endpoint], trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("gen_ai.operation.name", genAIOpName[c.Endpoint]),
+			attribute.String("gen_ai.provider.name", providerAIForge),
+			attribute.String("gen_ai.system", providerAIForge),
 			attribute.String("gen_ai.request.model", s.cfg.Model),
-			attribute.String("gen_ai.response.model", s.cfg.Engine.Model),
+			attribute.String("gen_ai.response.model", s.cfg.Model),
 			attribute.Bool("gen_ai.request.stream", c.Stream),
 			attribute.String("aiforge.request_id", req.ID),
-			attribute.String("aiforge.tenant", req.Tenant),
+			attribute.String("aiforge.tenant.id", req.Tenant),
+			attribute.String("aiforge.key.id", req.KeyID),
 			attribute.String("aiforge.worker_id", s.cfg.WorkerID),
+			attribute.String("aiforge.request.family", req.Family.String()),
 		)
+		c.TraceFinish = true
 	}
 
 	if est, ok := s.admitEngine(&c, w); ok {
-		s.engine.Forward(ctx, &c, w)
+		s.forward(ctx, &c, w)
 		s.settleEngine(&c, est)
 	}
 	// The final frame is out: nothing below adds latency for the client.
@@ -132,8 +138,12 @@ func (s *Service) finish(ctx context.Context, c *engine.Call, w *bridge.Response
 		span.SetAttributes(
 			attribute.Int64("gen_ai.usage.input_tokens", ev.PromptTokens),
 			attribute.Int64("gen_ai.usage.output_tokens", ev.CompletionTokens),
+			attribute.Bool("aiforge.usage.estimated", ev.Estimated),
 			attribute.String("aiforge.status", ev.Status),
 		)
+		if len(c.FinishReasons) > 0 {
+			span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", c.FinishReasons))
+		}
 		if c.Outcome == engine.OutcomeError {
 			span.SetAttributes(attribute.String("error.type", c.Code))
 			span.SetStatus(codes.Error, c.Code)
@@ -232,5 +242,59 @@ func (s *Service) publishUsage(ev events.Event, u events.UsageRecordedV1, env ev
 	if _, attempts, err := events.PublishRetry(ctx, s.deps.JS, ev, env); err != nil {
 		s.log.Error("could not record usage", "request_id", u.RequestID, "tenant", u.Tenant,
 			"status", u.Status, "attempts", attempts, "err", err)
+	}
+}
+
+// providerAIForge is gen_ai.provider.name on the worker's server span (the
+// client asked aiforge); providerEngine on its client span to the engine,
+// which speaks the OpenAI protocol whatever its make (vLLM, llama-server,
+// Ollama ...).
+const (
+	providerAIForge = "aiforge"
+	providerEngine  = "openai_compatible"
+)
+
+// forward sends c to the engine under a client span: the engine's own
+// span in the trace, named after GenAI semantic conventions
+// ("{operation} {model}") with the engine's model name and address. It
+// carries no prompt or completion text.
+func (s *Service) forward(ctx context.Context, c *engine.Call, w *bridge.ResponseWriter) {
+	op := genAIOpName[c.Endpoint]
+	ctx, span := s.tracer.Start(ctx, op+" "+s.cfg.Engine.Model, trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if !span.IsRecording() {
+		s.engine.Forward(ctx, c, w)
+		return
+	}
+	span.SetAttributes(
+		attribute.String("gen_ai.operation.name", op),
+		attribute.String("gen_ai.provider.name", providerEngine),
+		attribute.String("gen_ai.system", providerEngine),
+		attribute.String("gen_ai.request.model", s.cfg.Engine.Model),
+		attribute.Bool("gen_ai.request.stream", c.Stream),
+	)
+	if u, err := url.Parse(s.cfg.Engine.BaseURL); err == nil {
+		span.SetAttributes(attribute.String("server.address", u.Hostname()))
+		if p, err := strconv.Atoi(u.Port()); err == nil {
+			span.SetAttributes(attribute.Int("server.port", p))
+		}
+	}
+	s.engine.Forward(ctx, c, w)
+	span.SetAttributes(attribute.String("gen_ai.response.model", s.cfg.Engine.Model))
+	if c.UsageKnown {
+		span.SetAttributes(
+			attribute.Int64("gen_ai.usage.input_tokens", max(c.Usage.PromptTokens, 0)),
+			attribute.Int64("gen_ai.usage.output_tokens", max(c.Usage.CompletionTokens, 0)),
+		)
+	}
+	if len(c.FinishReasons) > 0 {
+		span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", c.FinishReasons))
+	}
+	if c.Stream && c.TTFT > 0 {
+		span.SetAttributes(attribute.Float64("aiforge.ttft_seconds", c.TTFT.Seconds()))
+	}
+	if c.Outcome == engine.OutcomeError {
+		span.SetAttributes(attribute.String("error.type", c.Code))
+		span.SetStatus(codes.Error, c.Code)
 	}
 }

@@ -10,10 +10,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -699,29 +702,46 @@ func TestTracePropagation(t *testing.T) {
 		t.Fatalf("engine got traceparent %q", tp0)
 	}
 	_, msg := h.usageEvent(req.Tenant)
-	if got := msg.Header.Get(events.HeaderTraceParent); got != tp0 {
-		t.Fatalf("usage event traceparent %q, want %q", got, tp0)
-	}
-	var span sdktrace.ReadOnlySpan
-	eventually(t, 5*time.Second, "the worker span", func() bool {
+	var span, eng sdktrace.ReadOnlySpan
+	eventually(t, 5*time.Second, "the worker and engine spans", func() bool {
 		for _, s := range rec.Ended() {
-			if s.Name() == "worker chat.completions" {
+			switch s.Name() {
+			case "worker chat.completions":
 				span = s
-				return true
+			case "chat up":
+				eng = s
 			}
 		}
-		return false
+		return span != nil && eng != nil
 	})
-	if span.Parent().SpanID().String() != parentID || span.SpanContext().SpanID().String() != parts[2] {
-		t.Fatalf("span parent %s id %s", span.Parent().SpanID(), span.SpanContext().SpanID())
+	// client → worker (server span) → engine (client span, whose id the
+	// engine got); the usage event is in the worker's span.
+	if span.Parent().SpanID().String() != parentID || span.SpanKind() != trace.SpanKindServer {
+		t.Fatalf("worker span parent %s kind %v", span.Parent().SpanID(), span.SpanKind())
+	}
+	if eng.Parent().SpanID() != span.SpanContext().SpanID() || eng.SpanContext().SpanID().String() != parts[2] || eng.SpanKind() != trace.SpanKindClient {
+		t.Fatalf("engine span parent %s id %s kind %v, engine got %s", eng.Parent().SpanID(), eng.SpanContext().SpanID(), eng.SpanKind(), parts[2])
+	}
+	if got, want := msg.Header.Get(events.HeaderTraceParent), "00-"+traceID+"-"+span.SpanContext().SpanID().String()+"-01"; got != want {
+		t.Fatalf("usage event traceparent %q, want %q", got, want)
 	}
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, kv := range span.Attributes() {
 		attrs[kv.Key] = kv.Value
 	}
 	if attrs["gen_ai.request.model"].AsString() != "served" || attrs["gen_ai.operation.name"].AsString() != "chat" ||
-		attrs["gen_ai.usage.output_tokens"].AsInt64() != 6 {
-		t.Fatalf("span attributes %v", span.Attributes())
+		attrs["gen_ai.usage.output_tokens"].AsInt64() != 6 || attrs["aiforge.tenant.id"].AsString() != req.Tenant ||
+		attrs["aiforge.key.id"].AsString() != req.KeyID || !slices.Equal(attrs["gen_ai.response.finish_reasons"].AsStringSlice(), []string{"length"}) {
+		t.Fatalf("worker span attributes %v", span.Attributes())
+	}
+	attrs = map[attribute.Key]attribute.Value{}
+	for _, kv := range eng.Attributes() {
+		attrs[kv.Key] = kv.Value
+	}
+	if attrs["gen_ai.request.model"].AsString() != "up" || attrs["gen_ai.response.model"].AsString() != "up" ||
+		attrs["gen_ai.usage.output_tokens"].AsInt64() != 6 || attrs["gen_ai.usage.input_tokens"].AsInt64() == 0 ||
+		attrs["server.address"].AsString() != "127.0.0.1" || attrs["gen_ai.provider.name"].AsString() == "" {
+		t.Fatalf("engine span attributes %v", eng.Attributes())
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/telemetry"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
@@ -79,7 +81,7 @@ type Caller struct {
 	Tenant, KeyID string
 }
 
-func (c *Client) msg(subject string, who Caller, body any) (*nats.Msg, error) {
+func (c *Client) msg(ctx context.Context, subject string, who Caller, body any) (*nats.Msg, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -87,6 +89,7 @@ func (c *Client) msg(subject string, who Caller, body any) (*nats.Msg, error) {
 	m := nats.NewMsg(subject)
 	m.Header.Set(bridge.HdrTenant, who.Tenant)
 	m.Header.Set(bridge.HdrKeyID, who.KeyID)
+	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(m.Header))
 	m.Data = b
 	return m, nil
 }
@@ -95,7 +98,7 @@ func (c *Client) msg(subject string, who Caller, body any) (*nats.Msg, error) {
 // the container's id for a call on one container ("" for create and
 // list): it decides what "no responders" means.
 func (c *Client) call(ctx context.Context, subject, container string, who Caller, timeout time.Duration, in, out any) *contracts.Error {
-	m, err := c.msg(subject, who, in)
+	m, err := c.msg(ctx, subject, who, in)
 	if err != nil {
 		return contracts.ErrInternal("The sandbox request could not be encoded.")
 	}
@@ -336,7 +339,7 @@ func (c *Client) ExecStream(ctx context.Context, who Caller, id string, req sand
 		return out, ErrSandboxUnavailable()
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	m, err := c.msg(events.SandboxContainer(id, sandbox.OpExec), who, req)
+	m, err := c.msg(ctx, events.SandboxContainer(id, sandbox.OpExec), who, req)
 	if err != nil {
 		return out, contracts.ErrInternal("The sandbox request could not be encoded.")
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/events"
+
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -259,11 +261,25 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := s.d.Tracer.Start(ctx, "edge "+c.Operation, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(
-			attribute.String("gen_ai.operation.name", c.Operation),
+			attribute.String("gen_ai.operation.name", genAIOperation(c.Endpoint)),
+			attribute.String("gen_ai.provider.name", "aiforge"),
+			attribute.String("gen_ai.system", "aiforge"),
 			attribute.String("gen_ai.request.model", p.Model),
-			attribute.String("aiforge.tenant", key.Tenant),
+			attribute.Bool("gen_ai.request.stream", p.Stream),
+			attribute.String("aiforge.operation", c.Operation),
+			attribute.String("aiforge.tenant.id", key.Tenant),
+			attribute.String("aiforge.key.id", key.ID), // the id, never the key
 			attribute.String("aiforge.request_id", reqID),
 		))
+	if p.MaxTokens > 0 {
+		span.SetAttributes(attribute.Int64("gen_ai.request.max_tokens", p.MaxTokens))
+	}
+	if p.Choices > 1 {
+		span.SetAttributes(attribute.Int64("gen_ai.request.choice.count", p.Choices))
+	}
+	if c.Router != "" {
+		span.SetAttributes(attribute.String("aiforge.router", c.Router), attribute.String("aiforge.route_class", c.RouteClass))
+	}
 	defer span.End()
 	span.SetAttributes(c.Attributes...)
 
@@ -380,6 +396,10 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 			s.recordLostUsage(c, served, ch.adm.id, res, span, ch.adm.reservations)
 		}
 	}
+	if served != "" {
+		span.SetAttributes(attribute.String("gen_ai.response.model", served))
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	m.requests.WithLabelValues(p.Model, c.Operation, strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(p.Model, c.Operation).Observe(time.Since(start).Seconds())
 }
@@ -441,4 +461,18 @@ func WriteError(w http.ResponseWriter, apiErr *contracts.Error, err error) {
 func (s *Service) Serves(model string) bool {
 	_, ok := s.d.Directory.Served(model)
 	return ok
+}
+
+// genAIOperation is gen_ai.operation.name for an engine endpoint (the
+// OpenTelemetry GenAI semantic conventions' values).
+func genAIOperation(endpoint string) string {
+	switch endpoint {
+	case events.EndpointChatCompletions:
+		return "chat"
+	case events.EndpointCompletions:
+		return "text_completion"
+	case events.EndpointEmbeddings:
+		return "embeddings"
+	}
+	return endpoint
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aiforge/aiforge/pkg/telemetry"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
@@ -85,7 +87,10 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 	body, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	msg, err := s.d.NC.RequestWithContext(ctx, events.RetrieverQuery, body)
+	m := nats.NewMsg(events.RetrieverQuery)
+	m.Data = body
+	telemetry.Propagator.Inject(ctx, telemetry.NATSCarrier(m.Header))
+	msg, err := s.d.NC.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		why := "did not answer in time"
 		if errors.Is(err, nats.ErrNoResponders) {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,12 +102,45 @@ type Call struct {
 	Chunks     int64 // forwarded chunks carrying content (the estimate)
 	TTFT       time.Duration
 
+	// TraceFinish asks Forward to collect the choices' finish reasons in
+	// FinishReasons (for a span's gen_ai.response.finish_reasons); off, the
+	// answer is not scanned for them.
+	TraceFinish   bool
+	FinishReasons []string
+
 	// partial is the latest usage of a stream seen on a chunk with choices:
 	// not a final count (Ollama puts zeros on every completion chunk, vLLM's
 	// continuous_usage_stats a running count) until [DONE] confirms it was
 	// the last (llama-server's layout); it refines Estimate.
 	partial     Usage
 	partialSeen bool
+}
+
+var finishKey = []byte(`"finish_reason":"`)
+
+// maxFinishReasons bounds FinishReasons (one per choice; n is bounded by
+// the engine, not by aiforge).
+const maxFinishReasons = 8
+
+// noteFinish adds the finish reasons in p (a chunk or a whole answer),
+// each once, to c.FinishReasons.
+func (c *Call) noteFinish(p []byte) {
+	for len(c.FinishReasons) < maxFinishReasons {
+		i := bytes.Index(p, finishKey)
+		if i < 0 {
+			return
+		}
+		p = p[i+len(finishKey):]
+		j := bytes.IndexByte(p, '"')
+		if j < 0 || j > 32 {
+			return
+		}
+		r := string(p[:j])
+		p = p[j:]
+		if !slices.Contains(c.FinishReasons, r) {
+			c.FinishReasons = append(c.FinishReasons, r)
+		}
+	}
 }
 
 func (c *Call) setUsage(u *Usage) {

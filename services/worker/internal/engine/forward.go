@@ -222,6 +222,9 @@ func (ec *Client) relayWhole(ctx context.Context, c *Call, w *bridge.ResponseWri
 		return
 	}
 	c.setUsage(u)
+	if c.TraceFinish {
+		c.noteFinish(body)
+	}
 	if b64 {
 		body, err = embeddingsToBase64(body, ec.servedJSON)
 		if err != nil {
@@ -414,6 +417,9 @@ func continuousUsage(body []byte) bool {
 func (st *stream) send(ctx context.Context, p []byte) bool {
 	c, w, ec := st.c, st.w, st.ec
 	content := hasContent(p)
+	if c.TraceFinish {
+		c.noteFinish(p)
+	}
 	if ec.modelNeedle != nil {
 		if i := bytes.Index(p, ec.modelNeedle); i >= 0 {
 			out := append(st.bufs.model[:0], p[:i]...)
