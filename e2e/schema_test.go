@@ -38,10 +38,46 @@ func TestSchemaValidatorRejects(t *testing.T) {
 	part := `{"type":"response.content_part.added","item_id":"msg_1","output_index":0,"content_index":0,"sequence_number":3,"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}`
 	file := `{"id":"file-1","object":"file","bytes":1,"created_at":1,"filename":"a","purpose":"assistants","status":"processed"}`
 	batches := `{"object":"list","data":[],"has_more":false}`
+	ctr := `{"id":"cntr_1","object":"container","name":"a","created_at":1,"status":"running","last_active_at":1,"expires_after":{"anchor":"last_active_at","minutes":20},"memory_limit":"1g"}`
+	cfile := `{"id":"cfile_1","object":"container.file","container_id":"cntr_1","created_at":1,"bytes":1,"path":"/mnt/data/a","source":"user"}`
+	items := `{"object":"list","data":[{"type":"message","id":"msg_1","role":"user","status":"completed","content":[{"type":"input_text","text":"hi"}]}],"first_id":"msg_1","last_id":"msg_1","has_more":false}`
+	usage := `{"object":"page","data":[{"object":"bucket","start_time":0,"end_time":86400,"results":[` +
+		`{"object":"organization.usage.completions.result","input_tokens":1,"output_tokens":1,"num_model_requests":1,"project_id":null},` +
+		`{"object":"organization.usage.code_interpreter_sessions.result","num_sessions":1,"project_id":"p"},` +
+		`{"object":"organization.costs.result","amount":{"value":0.5,"currency":"usd"},"line_item":null,"project_id":null}]}],"has_more":false,"next_page":null}`
+	failed := `{"type":"response.failed","sequence_number":4,"response":` + strings.Replace(strings.Replace(resp, `"status":"completed"`, `"status":"failed"`, 1), `"error":null`, `"error":{"code":"server_error","message":"m"}`, 1) + `}`
+	cats := `"harassment":false,"harassment/threatening":false,"hate":false,"hate/threatening":false,"illicit":null,"illicit/violent":false,"self-harm":false,"self-harm/intent":false,"self-harm/instructions":false,"sexual":false,"sexual/minors":false,"violence":false,"violence/graphic":false`
+	scores := strings.NewReplacer("false", "0", "null", "0").Replace(cats)
+	types := strings.NewReplacer("false", `["text"]`, "null", `["text"]`).Replace(cats)
+	mod := `{"id":"modr-1","model":"m","results":[{"flagged":false,"categories":{` + cats + `},"category_scores":{` + scores + `},"category_applied_input_types":{` + types + `}}]}`
 	cases := []struct {
 		component, body string
 		ok              bool
 	}{
+		{"ContainerResource", ctr, true},
+		{"ContainerResource", strings.Replace(ctr, `"name":"a",`, ``, 1), false},
+		{"ContainerResource", strings.Replace(ctr, `"1g"`, `"2g"`, 1), false},
+		{"ContainerFileResource", cfile, true},
+		{"ContainerFileResource", strings.Replace(cfile, `"container_id":"cntr_1",`, ``, 1), false},
+		{"ContainerListResource", `{"object":"list","data":[],"first_id":"","last_id":"","has_more":false}`, true},
+		{"ContainerListResource", `{"object":"list","data":[],"first_id":null,"last_id":null,"has_more":false}`, false},
+		{"ContainerFileListResource", `{"object":"list","data":[` + cfile + `],"first_id":"cfile_1","last_id":"cfile_1","has_more":false}`, true},
+		{"ResponseItemList", items, true},
+		{"ResponseItemList", strings.Replace(items, `"id":"msg_1",`, ``, 1), false},
+		{"ResponseItemList", strings.Replace(items, `"type":"message","id":"msg_1","role":"user","status":"completed","content":[{"type":"input_text","text":"hi"}]`, `"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"`, 1), false},
+		{"CreateModerationResponse", mod, true},
+		{"CreateModerationResponse", strings.Replace(mod, `"violence/graphic":false`, ``, 1), false},
+		{"CreateModerationResponse", strings.Replace(mod, `"hate":false`, `"hate":null`, 1), false},
+		{"UsageResponse", usage, true},
+		// As published (before the errata), a bucket holds `result`.
+		{"UsageResponse", strings.Replace(usage, `"results":`, `"result":`, 1), false},
+		{"UsageResponse", strings.Replace(usage, `"num_sessions":1`, `"sessions":1`, 1), false},
+		{"UsageResponse", strings.Replace(usage, `"input_tokens":1,`, ``, 1), false},
+		{"UsageResponse", strings.Replace(usage, `,"next_page":null`, ``, 1), false},
+		{"ResponseFailedEvent", failed, true},
+		{"ResponseFailedEvent", strings.Replace(failed, `"server_error"`, `"engine_error"`, 1), false},
+		{"ResponseErrorEvent", `{"type":"error","sequence_number":5,"code":"engine_error","message":"m","param":null}`, true},
+		{"ResponseErrorEvent", `{"type":"error","sequence_number":5,"code":"engine_error","message":"m"}`, false},
 		{"CreateChatCompletionResponse", chat, true},
 		{"CreateChatCompletionResponse", strings.Replace(chat, `"created":1,`, ``, 1), false},
 		{"CreateChatCompletionResponse", strings.Replace(chat, `,"refusal":null`, ``, 1), false},
@@ -569,5 +605,13 @@ func TestSchemaContainers(t *testing.T) {
 		t.Errorf("delete container: %d %s", st, b)
 	}
 	c.check("ErrorResponse", 404, "GET", "/v1/containers/"+id, "")
+
+	// The container's session, in the usage report.
+	start := fmt.Sprintf("?start_time=%d", time.Now().Add(-time.Hour).Unix())
+	eventually(t, 30*time.Second, func() bool {
+		st, b := c.do("GET", "/v1/organization/usage/code_interpreter_sessions"+start, "", nil)
+		return st == 200 && strings.Contains(string(b), `"num_sessions":1`)
+	}, "the container's session reported")
+	c.check("UsageResponse", 200, "GET", "/v1/organization/usage/code_interpreter_sessions"+start+"&group_by=project_id", "")
 	t.Logf("validated: %v", c.seen)
 }
