@@ -67,7 +67,10 @@ func readSpec(dir string) (*openaiSpec, error) {
 	names := map[string]bool{}
 	for name, s := range schemas {
 		names[name] = true
-		schemas[name] = fromNullable(s)
+		schemas[name] = uniqueRequired(fromNullable(s))
+	}
+	if err := applyErrata(schemas); err != nil {
+		return nil, err
 	}
 	stubs, err := readStubs(dir + "/not-extracted.txt")
 	if err != nil {
@@ -158,6 +161,107 @@ func fromNullable(v any) any {
 		}
 	}
 	return v
+}
+
+// uniqueRequired drops repeated names from `required` lists: the published
+// ContainerResource lists id, name, created_at and status twice, which
+// 2020-12's metaschema rejects (the items must be unique) and which means
+// the same as listing each once.
+func uniqueRequired(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, c := range t {
+			t[k] = uniqueRequired(c)
+		}
+		if req, ok := t["required"].([]any); ok {
+			seen := map[any]bool{}
+			out := req[:0:0]
+			for _, r := range req {
+				if !seen[r] {
+					seen[r] = true
+					out = append(out, r)
+				}
+			}
+			t["required"] = out
+		}
+	case []any:
+		for i, c := range t {
+			t[i] = uniqueRequired(c)
+		}
+	}
+	return v
+}
+
+// An erratum corrects a published component that contradicts the API it
+// describes, with the evidence. Each checks that the published text is
+// still as quoted and fails loading otherwise, so a refreshed document
+// that fixes the defect fails until the erratum is removed.
+type erratum struct {
+	component, why string
+	fix            func(c map[string]any) error
+}
+
+var errata = []erratum{
+	{"UsageTimeBucket",
+		"the published bucket holds `result`; the API sends `results` (every usage and costs example in OpenAI's API reference, and the reference's own field list `data: Array[Data{ end_time, object, results, start_time}]`)",
+		func(c map[string]any) error {
+			if err := renameProperty(c, "result", "results"); err != nil {
+				return err
+			}
+			return renameRequired(c, "result", "results")
+		}},
+	{"UsageCodeInterpreterSessionsResult",
+		"`required` names `sessions`, a property the component does not define; its property, and its own example, are `num_sessions`",
+		func(c map[string]any) error { return renameRequired(c, "sessions", "num_sessions") }},
+	{"UsageResponse",
+		"`next_page` is a required string, but the last page has no next page: the API sends null (async-openai's hand-written UsageResponse reads it as Option<String>)",
+		func(c map[string]any) error {
+			props, _ := c["properties"].(map[string]any)
+			np, _ := props["next_page"].(map[string]any)
+			if np == nil || np["type"] != "string" {
+				return fmt.Errorf("next_page is no longer a plain string")
+			}
+			np["type"] = []any{"string", "null"}
+			return nil
+		}},
+}
+
+func applyErrata(schemas map[string]any) error {
+	for _, e := range errata {
+		c, ok := schemas[e.component].(map[string]any)
+		if !ok {
+			return fmt.Errorf("erratum for %s: component not extracted", e.component)
+		}
+		if err := e.fix(c); err != nil {
+			return fmt.Errorf("erratum for %s no longer applies (%v): remove it if the document fixed %s", e.component, err, e.why)
+		}
+	}
+	return nil
+}
+
+func renameProperty(c map[string]any, from, to string) error {
+	props, _ := c["properties"].(map[string]any)
+	p, ok := props[from]
+	if !ok {
+		return fmt.Errorf("no property %q", from)
+	}
+	if _, dup := props[to]; dup {
+		return fmt.Errorf("property %q already there", to)
+	}
+	delete(props, from)
+	props[to] = p
+	return nil
+}
+
+func renameRequired(c map[string]any, from, to string) error {
+	req, _ := c["required"].([]any)
+	for i, r := range req {
+		if r == from {
+			req[i] = to
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not required", from)
 }
 
 func walkRefs(v any, f func(string)) {

@@ -255,13 +255,38 @@ func (rw *renderer) Complete(w http.ResponseWriter, status int, _ string, body [
 	rw.final(w, rw.response("completed", output, cc.Usage.asMap()))
 }
 
-// Fail ends a stream with an error event, or answers the error.
+// Fail ends a started stream with the response failed (status "failed",
+// its error in the codes of OpenAI's ResponseErrorCode) and then an error
+// event with aiforge's own code; an unstarted one is answered the error.
 func (rw *renderer) Fail(w http.ResponseWriter, apiErr *contracts.Error, err error, started bool) {
 	if !started {
 		inference.WriteError(w, apiErr, err)
 		return
 	}
+	var usage map[string]any
+	if rw.usage != nil {
+		usage = rw.usage.asMap()
+	}
+	output := rw.output
+	if output == nil {
+		output = []map[string]any{}
+	}
+	resp := rw.response("failed", output, usage)
+	resp["error"] = map[string]any{"code": responseErrorCode(apiErr.Status), "message": apiErr.Message}
+	rw.emit(w, "response.failed", map[string]any{"response": resp})
 	rw.emit(w, "error", map[string]any{"code": apiErr.Code, "message": apiErr.Message, "param": nil})
+}
+
+// responseErrorCode is the ResponseErrorCode (an enum of OpenAI's) of a
+// failed response: aiforge's own code is in the error event that follows.
+func responseErrorCode(status int) string {
+	switch status {
+	case http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
+	case http.StatusBadRequest:
+		return "invalid_prompt"
+	}
+	return "server_error"
 }
 
 func (rw *renderer) emitNoFlush(w http.ResponseWriter, typ string, fields map[string]any) {
