@@ -87,6 +87,88 @@ func RRFFuse[K comparable](lists [][]Ranked[K], limit int, tie func(a, b K) int)
 	return out
 }
 
+// FuseWeights fuses ranked lists (each best first) as f says, with weights[i] the weight of lists[i]:
+//
+//   - FusionRRF: score = Σ_i w_i/(k+p_i) over the lists a candidate is in, normalised by k/Σ w_i so that first
+//     in every list scores 1 (with equal weights this is RRFFuse);
+//   - FusionWeighted: each list's scores are min-max normalised to [0, 1] over its candidates (a list whose
+//     candidates all score alike gives them 1), and score = Σ_i w_i·norm_i / Σ w_i, a candidate missing from a
+//     list taking 0 there.
+//
+// Lists with weight 0 take no part. Ties are broken by the best position in any list, then by tie.
+func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, f Fusion, limit int, tie func(a, b K) int) []Ranked[K] {
+	type acc struct {
+		score float64
+		best  int
+	}
+	k := float64(f.RRFK)
+	if k <= 0 {
+		k = RRFK
+	}
+	m := make(map[K]*acc)
+	var order []K
+	var wsum float64
+	for i, l := range lists {
+		w := 1.0
+		if i < len(weights) {
+			w = weights[i]
+		}
+		if w <= 0 {
+			continue
+		}
+		wsum += w // an empty list still counts: "first in every list" is what scores 1
+		if len(l) == 0 {
+			continue
+		}
+		lo, hi := l[0].Score, l[0].Score
+		for _, c := range l {
+			lo, hi = min(lo, c.Score), max(hi, c.Score)
+		}
+		for p, c := range l {
+			a := m[c.Key]
+			if a == nil {
+				a = &acc{best: p}
+				m[c.Key] = a
+				order = append(order, c.Key)
+			}
+			if f.Method == FusionWeighted {
+				norm := 1.0
+				if hi > lo {
+					norm = (c.Score - lo) / (hi - lo)
+				}
+				a.score += w * norm
+			} else {
+				a.score += w / (k + float64(p))
+			}
+			a.best = min(a.best, p)
+		}
+	}
+	norm := 0.0
+	if wsum > 0 {
+		norm = 1 / wsum
+		if f.Method != FusionWeighted {
+			norm = k / wsum
+		}
+	}
+	out := make([]Ranked[K], 0, len(order))
+	for _, key := range order {
+		out = append(out, Ranked[K]{Key: key, Score: m[key].score * norm})
+	}
+	slices.SortFunc(out, func(a, b Ranked[K]) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(m[a.Key].best, m[b.Key].best); c != 0 {
+			return c
+		}
+		return tie(a.Key, b.Key)
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
 // NormalizeRRF converts a raw RRF score over n lists (as a server computes it) to the normalised scale of
 // RRFFuse.
 func NormalizeRRF(raw float64, n int) float64 {
