@@ -419,14 +419,14 @@ func PrepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
 
 // PreparedQuery is a validated query in the form every implementation executes.
 type PreparedQuery struct {
-	Query                            // Limit and Mode filled in, Filter normalised
-	Stores         map[string]bool   // StoreIDs as a set; nil: every store
-	UnitDense      []float32         // the query vector normalised; nil when not given
-	PositiveTerms  map[string]uint32 // query terms with a positive frequency
+	Query                             // Limit and Mode filled in, Filter normalised
+	Stores         map[string]bool    // StoreIDs as a set; nil: every store
+	UnitDense      []float32          // the query vector normalised; nil when not given
+	PositiveTerms  map[string]uint32  // query terms with a positive frequency
 	Weights        map[string]float64 // every query term with a positive weight: Terms plus TermWeights
-	UseDense       bool              // the dense ranker takes part
-	UseSparse      bool              // the sparse (BM25) ranker takes part
-	CandidateLimit int               // size of each candidate list (CandidateFactor × Limit for hybrid)
+	UseDense       bool               // the dense ranker takes part
+	UseSparse      bool               // the sparse (BM25) ranker takes part
+	CandidateLimit int                // size of each candidate list (CandidateFactor × Limit for hybrid)
 }
 
 // PrepareQuery validates q against an index of dense dimension dim (0: any) and returns it prepared; errors wrap

@@ -112,9 +112,9 @@ type tenant struct {
 	ownLen, ancLen   int64
 	ownDocs, ancDocs int
 	termIdx          map[string]int32
-	terms    []termPostings
-	graph    *hnsw.Graph
-	deadDocs int // nil entries in docs
+	terms            []termPostings
+	graph            *hnsw.Graph
+	deadDocs         int // nil entries in docs
 }
 
 type storeDocs struct {
