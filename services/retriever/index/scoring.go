@@ -91,12 +91,14 @@ func RRFFuse[K comparable](lists [][]Ranked[K], limit int, tie func(a, b K) int)
 //
 //   - FusionRRF: score = Σ_i w_i/(k+p_i) over the lists a candidate is in, normalised by k/Σ w_i so that first
 //     in every list scores 1 (with equal weights this is RRFFuse);
-//   - FusionWeighted: each list's scores are min-max normalised to [0, 1] over its candidates (a list whose
-//     candidates all score alike gives them 1), and score = Σ_i w_i·norm_i / Σ w_i, a candidate missing from a
-//     list taking 0 there.
+//   - FusionWeighted: score = Σ_i w_i·norm_i / Σ w_i, a candidate missing from a list taking 0 there, where
+//     norm_i puts list i's scores on [0, 1]: a list marked absolute (cosine similarities, already on a fixed
+//     scale) keeps its scores, clipped to [0, 1]; any other list (BM25, whose scale depends on the query and
+//     the corpus) is divided by its best score. Keeping cosine on its own scale matters: stretching a flat,
+//     uninformative dense list to [0, 1] (min-max) would let it outvote a confident keyword match.
 //
 // Lists with weight 0 take no part. Ties are broken by the best position in any list, then by tie.
-func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, f Fusion, limit int, tie func(a, b K) int) []Ranked[K] {
+func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, absolute []bool, f Fusion, limit int, tie func(a, b K) int) []Ranked[K] {
 	type acc struct {
 		score float64
 		best  int
@@ -120,9 +122,10 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, f Fusion,
 		if len(l) == 0 {
 			continue
 		}
-		lo, hi := l[0].Score, l[0].Score
+		abs := i < len(absolute) && absolute[i]
+		hi := l[0].Score
 		for _, c := range l {
-			lo, hi = min(lo, c.Score), max(hi, c.Score)
+			hi = max(hi, c.Score)
 		}
 		for p, c := range l {
 			a := m[c.Key]
@@ -132,9 +135,12 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, f Fusion,
 				order = append(order, c.Key)
 			}
 			if f.Method == FusionWeighted {
-				norm := 1.0
-				if hi > lo {
-					norm = (c.Score - lo) / (hi - lo)
+				var norm float64
+				switch {
+				case abs:
+					norm = min(max(c.Score, 0), 1)
+				case hi > 0:
+					norm = max(c.Score, 0) / hi
 				}
 				a.score += w * norm
 			} else {

@@ -616,17 +616,18 @@ func (e *Index) Search(ctx context.Context, q index.Query) ([]index.Hit, error) 
 	tie := func(a, b uint32) int { return strings.Compare(t.docs[a].c.ID, t.docs[b].c.ID) }
 	var lists [][]index.Ranked[uint32]
 	var weights []float64
+	var absolute []bool
 	if p.UseDense {
 		lists = append(lists, e.denseSearch(t, &p, tie))
-		weights = append(weights, p.Fusion.DenseWeight)
+		weights, absolute = append(weights, p.Fusion.DenseWeight), append(absolute, true)
 	}
 	if p.UseSparse {
 		lists = append(lists, e.sparseSearch(t, &p, tie))
-		weights = append(weights, p.Fusion.SparseWeight)
+		weights, absolute = append(weights, p.Fusion.SparseWeight), append(absolute, false)
 	}
 	var final []index.Ranked[uint32]
 	if p.Fused() {
-		final = index.FuseWeights(lists, weights, p.Fusion, p.Limit, tie)
+		final = index.FuseWeights(lists, weights, absolute, p.Fusion, p.Limit, tie)
 	} else {
 		final = lists[0]
 		if len(final) > p.Limit {

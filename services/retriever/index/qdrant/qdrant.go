@@ -895,6 +895,7 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filter *qc.Filter, sparseIdx []uint32, sparseVal []float32) ([]index.Hit, error) {
 	var lists [][]index.Ranked[string]
 	var weights []float64
+	var absolute []bool
 	points := map[string]*qc.ScoredPoint{}
 	run := func(query *qc.Query, using string, w float64) error {
 		req := &qc.QueryPoints{
@@ -913,7 +914,7 @@ func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filt
 			points[id] = sp
 			l = append(l, index.Ranked[string]{Key: id, Score: float64(sp.GetScore())})
 		}
-		lists, weights = append(lists, l), append(weights, w)
+		lists, weights, absolute = append(lists, l), append(weights, w), append(absolute, using == qDense)
 		return nil
 	}
 	if p.UseDense {
@@ -927,10 +928,10 @@ func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filt
 				return nil, err
 			}
 		} else {
-			lists, weights = append(lists, nil), append(weights, p.Fusion.SparseWeight)
+			lists, weights, absolute = append(lists, nil), append(weights, p.Fusion.SparseWeight), append(absolute, false)
 		}
 	}
-	fused := index.FuseWeights(lists, weights, p.Fusion, p.Limit, strings.Compare)
+	fused := index.FuseWeights(lists, weights, absolute, p.Fusion, p.Limit, strings.Compare)
 	hits := make([]index.Hit, 0, len(fused))
 	for _, r := range fused {
 		if !p.Passes(r.Score) {
