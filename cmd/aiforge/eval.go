@@ -75,6 +75,8 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")
+	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")
+	retrieval.Flags().IntVar(&o.OverlapTokens, "overlap-tokens", 0, "chunk overlap in tokens (default: the set's)")
 	retrieval.Flags().BoolVar(&sim, "embedding-sim", false, "embed with the engine simulator (384 dimensions, in process)")
 	c.AddCommand(retrieval, evalAdmissionCmd())
 	return c

@@ -1,7 +1,8 @@
 // Package index is the retriever's chunk index contract: the Index interface, the chunk, query, filter and hit
 // types, their validation (PrepareChunks, PrepareQuery) and the scoring every implementation shares. Chunks are
-// searched by dense vectors (cosine), by sparse lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank
-// Fusion of the two candidate lists).
+// searched by dense vectors (cosine), by sparse lexical terms (BM25F over text and headings with a proximity boost,
+// or plain BM25) and by both at once (hybrid: weighted Reciprocal Rank Fusion or weighted scores of the two
+// candidate lists).
 //
 // Two implementations, both passing the contract suite in package indextest:
 //
@@ -17,8 +18,9 @@
 // and keyword statistics (document count, document frequencies, average length) are kept per tenant, so the
 // corpus of one tenant never changes the scores seen by another.
 //
-// Scores: dense mode returns cosine similarity, sparse mode returns the BM25 score, hybrid mode returns the RRF
-// score normalised to [0, 1] (1 = ranked first by every ranker that took part). ScoreThreshold compares against
+// Scores: dense mode returns cosine similarity, sparse mode returns the BM25F (or BM25) score, hybrid mode returns
+// the fused score on [0, 1] (RRF: 1 = ranked first by every ranker that took part; weighted: the weighted mean of
+// the normalised scores). ScoreThreshold compares against
 // that score.
 package index
 
