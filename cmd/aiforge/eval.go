@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,48 +11,73 @@ import (
 
 	"github.com/aiforge/aiforge/internal/eval"
 	"github.com/aiforge/aiforge/internal/eval/admission"
+	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/guard"
 )
 
 func evalCmd() *cobra.Command {
 	c := &cobra.Command{Use: "eval", Short: "Evaluations"}
 	var o eval.Options
+	var sim bool
 	retrieval := &cobra.Command{
 		Use:   "retrieval",
-		Short: "Score retrieval (recall@k, MRR, nDCG@10) for sparse, dense and hybrid search on an evaluation set",
+		Short: "Score retrieval (recall@5, recall@10, MRR, nDCG@10) for sparse, dense and hybrid search on an evaluation set",
 		Long: `Index a corpus with the same chunking, analyzer and index the retriever uses, run the queries and score
-them against the passages that answer them. Sparse (BM25) always runs; dense and hybrid run when an
-OpenAI-compatible embeddings engine is given. The bundled set (internal/eval/dataset, compiled into the binary) is a small CC0 corpus.`,
+them against the passages that answer them, per mode:
+
+  sparse-bm25      plain BM25 over the chunk text (the sparse search before issue 18)
+  sparse           BM25F (text, own heading, headings above) + proximity, question words, WordNet synonyms
+  dense            cosine on the embeddings engine's vectors
+  hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse
+  hybrid-weighted  weighted sum of min-max normalised dense and sparse scores
+
+Sparse modes always run; dense and hybrid run with an embeddings engine (--embedding-url and
+--embedding-model, or --embedding-sim for the engine simulator's hash vectors, which carry no meaning).
+
+Sets: "bundled" (default; a small CC0 corpus compiled into the binary) and "debian": 115 questions over
+four manuals from Debian packages, read from the installed packages (--corpus overrides the root,
+/usr/share). Install them with:
+
+  apt-get install -y debian-faq python-reportlab-doc developers-reference live-manual-html`,
 		Example: `  aiforge eval retrieval
-  aiforge eval retrieval --embedding-url http://127.0.0.1:8080/v1 --embedding-model bge-small`,
+  aiforge eval retrieval --set debian --embedding-sim
+  aiforge eval retrieval --set debian --embedding-url http://127.0.0.1:8080/v1 --embedding-model bge-small`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.EmbeddingKey = os.Getenv("AIFORGE_EMBEDDING_API_KEY")
-			corpus, queries := o.CorpusDir, o.QueriesFile
-			if corpus == "" {
-				corpus = "the bundled corpus"
+			if sim {
+				if o.EmbeddingURL != "" {
+					return fmt.Errorf("--embedding-sim and --embedding-url exclude each other")
+				}
+				_, base, closeFn, err := enginesim.Start(enginesim.Config{Models: []string{"sim-embed"}, EmbeddingDims: 384})
+				if err != nil {
+					return err
+				}
+				defer closeFn()
+				o.EmbeddingURL, o.EmbeddingModel = base, "sim-embed"
 			}
-			if queries == "" {
-				queries = "the bundled queries"
+			set := o.Set
+			if o.QueriesFile != "" {
+				set = o.QueriesFile
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "indexing %s and scoring %s ...\n", corpus, queries)
+			fmt.Fprintf(cmd.ErrOrStderr(), "indexing and scoring %s ...\n", cmp.Or(set, "the bundled set"))
 			scores, err := eval.Run(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-8s %8s %10s %8s %8s\n", "mode", "queries", "recall@"+fmt.Sprint(o.K), "MRR", "nDCG@10")
-			for _, s := range scores {
-				fmt.Fprintf(out, "%-8s %8d %10.3f %8.3f %8.3f\n", s.Mode, s.Queries, s.Recall, s.MRR, s.NDCG10)
-			}
+			printRetrievalScores(cmd.OutOrStdout(), scores)
 			return nil
 		},
 	}
-	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents (default: the bundled corpus)")
-	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages (default: the bundled queries)")
-	retrieval.Flags().IntVar(&o.K, "k", 10, "k of recall@k")
+	retrieval.Flags().StringVar(&o.Set, "set", "", "evaluation set: bundled (default) or debian")
+	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents, or the root of the set's files (default: the set's)")
+	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages, or a set (default: the set's)")
+	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")
+	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")
+	retrieval.Flags().IntVar(&o.OverlapTokens, "overlap-tokens", 0, "chunk overlap in tokens (default: the set's)")
+	retrieval.Flags().BoolVar(&sim, "embedding-sim", false, "embed with the engine simulator (384 dimensions, in process)")
 	c.AddCommand(retrieval, evalAdmissionCmd())
 	return c
 }
@@ -85,6 +111,13 @@ Exits with status 1 when overall recall is below 95% or the false-positive rate 
 	c.Flags().StringVar(&split, "split", "all", "cases to score: dev, test or all")
 	c.Flags().StringVar(&externalURL, "external-url", "", "URL of an external classifier to combine with the built-in one")
 	return c
+}
+
+func printRetrievalScores(w io.Writer, scores []eval.Scores) {
+	fmt.Fprintf(w, "%-16s %7s %9s %9s %7s %8s\n", "mode", "queries", "recall@5", "recall@10", "MRR", "nDCG@10")
+	for _, s := range scores {
+		fmt.Fprintf(w, "%-16s %7d %9.3f %9.3f %7.3f %8.3f\n", s.Mode, s.Queries, s.Recall5, s.Recall10, s.MRR, s.NDCG10)
+	}
 }
 
 // evalAdmission scores cl on the bundled set's split, prints the report and

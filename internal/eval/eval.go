@@ -5,6 +5,8 @@ package eval
 
 import (
 	"bytes"
+	"cmp"
+	"compress/gzip"
 	"context"
 	embedfs "embed"
 	"encoding/json"
@@ -17,6 +19,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/aiforge/aiforge/pkg/embedding"
 	"github.com/aiforge/aiforge/pkg/lexical"
@@ -26,41 +29,116 @@ import (
 	"github.com/aiforge/aiforge/services/retriever/index/embedded"
 )
 
-// Query is one evaluation question with its relevant passages, each named
-// by file and the last heading of its section.
+// Query is one evaluation question with its relevant passages. The bundled
+// set names a passage by file and the last heading of its section
+// (Relevant); document sets name it by file and a snippet of its text
+// (Passages), which must occur in a retrieved chunk.
 type Query struct {
 	Query    string      `json:"query"`
-	Relevant [][2]string `json:"relevant"`
+	Relevant [][2]string `json:"-"`
+	Passages []Passage   `json:"-"`
 }
 
-// Dataset is the bundled evaluation set (dataset/, CC0): compiled into the
-// binary, so `aiforge eval retrieval` runs from any directory.
+// Passage is an answer passage: a file (relative to the set's root) and a
+// snippet of its text. Matching ignores case, punctuation and white space,
+// and a chunk that starts or ends inside the snippet matches when it holds at
+// least half of the snippet's words at that edge, so that a change of
+// chunking does not turn a right answer into a wrong one.
+type Passage struct {
+	File    string `json:"file"`
+	Passage string `json:"passage"`
+}
+
+func (q *Query) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Query    string            `json:"query"`
+		Relevant []json.RawMessage `json:"relevant"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	q.Query = raw.Query
+	for _, r := range raw.Relevant {
+		var pair [2]string
+		if json.Unmarshal(r, &pair) == nil {
+			q.Relevant = append(q.Relevant, pair)
+			continue
+		}
+		var p Passage
+		if err := json.Unmarshal(r, &p); err != nil || p.File == "" || p.Passage == "" {
+			return fmt.Errorf("query %q: a relevant passage is [file, heading] or {file, passage}", raw.Query)
+		}
+		q.Passages = append(q.Passages, p)
+	}
+	return nil
+}
+
+func (q *Query) relevantCount() int { return len(q.Relevant) + len(q.Passages) }
+
+// Set is an evaluation set over documents that are not in the repository:
+// Files (paths or globs relative to Root; a .gz file is decompressed) and
+// queries with their passages.
+type Set struct {
+	Name          string   `json:"name"`
+	Description   string   `json:"description"`
+	Install       string   `json:"install"`
+	Root          string   `json:"root"`
+	Files         []string `json:"files"`
+	ChunkTokens   int      `json:"chunk_tokens"`
+	OverlapTokens int      `json:"overlap_tokens"`
+	Queries       []Query  `json:"queries"`
+}
+
+// Dataset is the bundled evaluation set (dataset/corpus and
+// dataset/queries.json, CC0) and the questions of the Debian document set
+// (dataset/debian/queries.json): compiled into the binary, so `aiforge eval
+// retrieval` runs from any directory.
 //
-//go:embed dataset/corpus dataset/queries.json
+//go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json
 var Dataset embedfs.FS
 
 // Options configure a run.
 type Options struct {
-	// CorpusDir is a directory of documents and QueriesFile a JSON list of
-	// Query; either left empty takes the bundled set's.
+	// Set names a bundled set: "" or "bundled" (the CC0 corpus), "debian"
+	// (the Debian manuals, read from the installed packages).
+	Set string
+	// CorpusDir is a directory of documents (the bundled format) or the root
+	// of a document set's files (default: the set's root); QueriesFile a JSON
+	// list of Query or a Set. Empty takes the named set's.
 	CorpusDir   string
 	QueriesFile string
-	K           int
+	// Files keeps only these files of a document set (and their queries):
+	// a subset. MaxQueries keeps the first n queries. 0/empty: all.
+	Files      []string
+	MaxQueries int
 	// EmbeddingURL and EmbeddingModel name an OpenAI-compatible embeddings
 	// engine (base URL ending in /v1); without them only sparse search runs.
 	EmbeddingURL   string
 	EmbeddingModel string
 	EmbeddingKey   string
 	ChunkTokens    int
+	OverlapTokens  int
 }
+
+// Modes, in the order Run reports them.
+const (
+	ModeSparseBefore   = "sparse-bm25"     // plain BM25 over the chunk text, query terms as documents' (before issue 18)
+	ModeSparse         = "sparse"          // BM25F + proximity, question words and WordNet synonyms (the retriever's)
+	ModeDense          = "dense"           // cosine on the engine's embeddings
+	ModeHybridRRF      = "hybrid-rrf"      // RRF (k 60) of dense and sparse
+	ModeHybridWeighted = "hybrid-weighted" // weighted sum of min-max normalised scores (equal weights)
+)
 
 // Scores are the means over the queries of one search mode.
 type Scores struct {
-	Mode    string
-	Recall  float64 // recall@K
-	MRR     float64
-	NDCG10  float64
-	Queries int
+	Mode     string
+	Recall5  float64
+	Recall10 float64
+	MRR      float64
+	NDCG10   float64
+	Queries  int
+	// Ranks is, per query, the 1-based rank of the first relevant hit in the top 10 (0: none).
+	Ranks []int
 }
 
 // Recall is the share of relevant passages in the top k.
@@ -74,7 +152,7 @@ func Recall(ranked []bool, relevant, k int) float64 {
 			hits++
 		}
 	}
-	return float64(hits) / float64(relevant)
+	return min(float64(hits)/float64(relevant), 1)
 }
 
 // ReciprocalRank is 1 / the rank of the first relevant result (0 if none).
@@ -101,41 +179,94 @@ func NDCG(ranked []bool, relevant, k int) float64 {
 	if ideal == 0 {
 		return 0
 	}
-	return dcg / ideal
+	return min(dcg/ideal, 1)
+}
+
+// LoadSet reads the set Run would score for o (without indexing anything).
+func LoadSet(o Options) (Set, fs.FS, error) {
+	var b []byte
+	var err error
+	name := o.QueriesFile
+	switch {
+	case name != "":
+		b, err = os.ReadFile(name)
+	case o.Set == "" || o.Set == "bundled":
+		name = "the bundled queries"
+		b, err = Dataset.ReadFile("dataset/queries.json")
+	case o.Set == "debian":
+		name = "the Debian set"
+		b, err = Dataset.ReadFile("dataset/debian/queries.json")
+	default:
+		return Set{}, nil, fmt.Errorf("eval: unknown set %q (want bundled or debian)", o.Set)
+	}
+	if err != nil {
+		return Set{}, nil, err
+	}
+	var set Set
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
+		if err := json.Unmarshal(b, &set.Queries); err != nil {
+			return Set{}, nil, fmt.Errorf("eval: %s: %w", name, err)
+		}
+		set.ChunkTokens = 80
+		var corpus fs.FS
+		if o.CorpusDir == "" {
+			corpus, _ = fs.Sub(Dataset, "dataset/corpus")
+		} else {
+			corpus = os.DirFS(o.CorpusDir)
+		}
+		files, err := fs.Glob(corpus, "*")
+		if err != nil || len(files) == 0 {
+			return Set{}, nil, fmt.Errorf("eval: no documents in %s", cmp.Or(o.CorpusDir, "the bundled corpus"))
+		}
+		set.Files = files
+		return set, corpus, nil
+	}
+	if err := json.Unmarshal(b, &set); err != nil {
+		return Set{}, nil, fmt.Errorf("eval: %s: %w", name, err)
+	}
+	root := cmp.Or(o.CorpusDir, set.Root)
+	if root == "" {
+		return Set{}, nil, fmt.Errorf("eval: %s names no root; pass the documents' directory", name)
+	}
+	corpus := os.DirFS(root)
+	var files []string
+	for _, pat := range set.Files {
+		m, err := fs.Glob(corpus, pat)
+		if err != nil {
+			return Set{}, nil, fmt.Errorf("eval: %s: %w", pat, err)
+		}
+		if len(m) == 0 {
+			return Set{}, nil, fmt.Errorf("eval: %s not found under %s (install the documents: %s)", pat, root, cmp.Or(set.Install, "see the set"))
+		}
+		files = append(files, m...)
+	}
+	if len(o.Files) > 0 {
+		files = slices.DeleteFunc(files, func(f string) bool { return !slices.Contains(o.Files, f) })
+		set.Queries = slices.DeleteFunc(set.Queries, func(q Query) bool {
+			for _, p := range q.Passages {
+				if slices.Contains(files, p.File) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	set.Files = files
+	return set, corpus, nil
 }
 
 // Run indexes the corpus and scores every available mode.
 func Run(ctx context.Context, o Options) ([]Scores, error) {
-	if o.K == 0 {
-		o.K = 10
-	}
-	if o.ChunkTokens == 0 {
-		o.ChunkTokens = 80
-	}
-	var queries []Query
-	var b []byte
-	var err error
-	queriesName := o.QueriesFile
-	if queriesName == "" {
-		queriesName = "the bundled queries"
-		b, err = Dataset.ReadFile("dataset/queries.json")
-	} else {
-		b, err = os.ReadFile(o.QueriesFile)
-	}
+	set, corpus, err := LoadSet(o)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(b, &queries); err != nil {
-		return nil, fmt.Errorf("eval: %s: %w", queriesName, err)
+	queries := set.Queries
+	if o.MaxQueries > 0 && len(queries) > o.MaxQueries {
+		queries = queries[:o.MaxQueries]
 	}
-	var corpus fs.FS
-	corpusName := o.CorpusDir
-	if corpusName == "" {
-		corpusName = "the bundled corpus"
-		corpus, _ = fs.Sub(Dataset, "dataset/corpus")
-	} else {
-		corpus = os.DirFS(o.CorpusDir)
-	}
+	chunkTokens := cmp.Or(o.ChunkTokens, set.ChunkTokens, 240)
+	overlap := cmp.Or(o.OverlapTokens, set.OverlapTokens)
 	dir, err := os.MkdirTemp("", "aiforge-eval-")
 	if err != nil {
 		return nil, err
@@ -152,16 +283,24 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	}
 	an := lexical.NewEnglish()
 	dense := o.EmbeddingURL != "" && o.EmbeddingModel != ""
-	files, err := fs.Glob(corpus, "*")
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("eval: no documents in %s", corpusName)
-	}
-	for _, name := range files {
+	texts := map[string]string{} // file → normalised words of its whole text, to check the passages
+	for _, name := range set.Files {
 		data, err := fs.ReadFile(corpus, name)
 		if err != nil {
 			return nil, err
 		}
-		ex, ok := extract.ForFormat(extract.Sniff(name, data))
+		sniffName := name
+		if strings.HasSuffix(name, ".gz") {
+			zr, err := gzip.NewReader(bytes.NewReader(data))
+			if err != nil {
+				return nil, fmt.Errorf("eval: %s: %w", name, err)
+			}
+			if data, err = io.ReadAll(io.LimitReader(zr, 256<<20)); err != nil {
+				return nil, fmt.Errorf("eval: %s: %w", name, err)
+			}
+			sniffName = strings.TrimSuffix(name, ".gz")
+		}
+		ex, ok := extract.ForFormat(extract.Sniff(sniffName, data))
 		if !ok {
 			continue
 		}
@@ -169,25 +308,35 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s: %w", name, err)
 		}
-		chunks, err := chunk.Split(ctx, doc, chunk.Options{MaxTokens: o.ChunkTokens, OverlapTokens: 0}, tok)
+		chunks, err := chunk.Split(ctx, doc, chunk.Options{MaxTokens: chunkTokens, OverlapTokens: overlap}, tok)
 		if err != nil {
 			return nil, err
 		}
+		var all strings.Builder
+		for _, c := range chunks {
+			all.WriteString(c.Text)
+			all.WriteByte(' ')
+		}
+		texts[name] = normWords(all.String())
 		var vecs [][]float32
 		if dense {
-			texts := make([]string, len(chunks))
+			ts := make([]string, len(chunks))
 			for i, c := range chunks {
-				texts[i] = c.Text
+				ts[i] = c.Text
 			}
-			if vecs, err = embed(ctx, o, texts); err != nil {
-				return nil, err
+			for start := 0; start < len(ts); start += 64 {
+				v, err := embed(ctx, o, ts[start:min(start+64, len(ts))])
+				if err != nil {
+					return nil, err
+				}
+				vecs = append(vecs, v...)
 			}
 		}
 		batch := make([]index.Chunk, len(chunks))
 		for i, c := range chunks {
 			terms, n := an.TermFreqs(c.Text)
 			batch[i] = index.Chunk{ID: index.ChunkID("eval", "vs", name, c.Index), Tenant: "eval", StoreID: "vs", FileID: name, Index: c.Index,
-				Text: c.Text, Terms: terms, Length: n, HeadingPath: c.HeadingPath}
+				Text: c.Text, Terms: terms, Length: n, HeadingPath: c.HeadingPath, Pages: c.Pages}
 			if dense {
 				batch[i].Dense = vecs[i]
 			}
@@ -196,50 +345,92 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 			return nil, err
 		}
 	}
-	modes := []string{index.ModeSparse}
-	if dense {
-		modes = append(modes, index.ModeDense, index.ModeHybrid)
-	}
-	var out []Scores
-	for _, mode := range modes {
-		sc := Scores{Mode: mode}
-		for _, q := range queries {
-			query := index.Query{Tenant: "eval", Limit: max(o.K, 10), Mode: mode}
-			query.Terms, _ = an.TermFreqs(q.Query)
-			if dense {
-				v, err := embed(ctx, o, []string{q.Query})
-				if err != nil {
-					return nil, err
-				}
-				query.Dense = v[0]
+	// Every passage must be in its document: a question whose answer is not
+	// there (a typo, another version of the package) would score 0 for every
+	// mode and hide the difference between them.
+	var missing []string
+	for _, q := range queries {
+		for _, p := range q.Passages {
+			if !strings.Contains(texts[p.File], normWords(p.Passage)) {
+				missing = append(missing, fmt.Sprintf("%q (%s)", p.Passage, p.File))
 			}
-			hits, err := idx.Search(ctx, query)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("eval: %d passages are not in their documents: %s", len(missing), strings.Join(missing, "; "))
+	}
+	modes := []string{ModeSparseBefore, ModeSparse}
+	if dense {
+		modes = append(modes, ModeDense, ModeHybridRRF, ModeHybridWeighted)
+	}
+	out := make([]Scores, len(modes))
+	for i, m := range modes {
+		out[i].Mode = m
+	}
+	for _, q := range queries {
+		var vec []float32
+		if dense {
+			v, err := embed(ctx, o, []string{q.Query})
 			if err != nil {
 				return nil, err
 			}
-			ranked := make([]bool, len(hits))
-			for i, h := range hits {
-				ranked[i] = isRelevant(h.Chunk, q.Relevant)
+			vec = v[0]
+		}
+		before, _ := an.TermFreqs(q.Query)
+		after := an.Query(q.Query, lexical.QueryOptions{})
+		for i, mode := range modes {
+			query := index.Query{Tenant: "eval", Limit: 10}
+			switch mode {
+			case ModeSparseBefore:
+				query.Mode, query.Scoring, query.Terms = index.ModeSparse, index.ScoringBM25, before
+			case ModeSparse:
+				query.Mode, query.TermWeights, query.Ordered, query.Phrase = index.ModeSparse, after.Weights, after.Ordered, after.Words
+			case ModeDense:
+				query.Mode, query.Dense = index.ModeDense, vec
+			case ModeHybridRRF, ModeHybridWeighted:
+				query.Mode, query.TermWeights, query.Ordered, query.Phrase, query.Dense = index.ModeHybrid, after.Weights, after.Ordered, after.Words, vec
+				if mode == ModeHybridWeighted {
+					query.Fusion.Method = index.FusionWeighted
+				}
 			}
-			sc.Recall += Recall(ranked, len(q.Relevant), o.K)
-			sc.MRR += ReciprocalRank(ranked)
-			sc.NDCG10 += NDCG(ranked, len(q.Relevant), 10)
-			sc.Queries++
+			var hits []index.Hit
+			if len(query.Terms) > 0 || len(query.TermWeights) > 0 || len(query.Phrase) > 0 || query.Dense != nil {
+				if hits, err = idx.Search(ctx, query); err != nil {
+					return nil, err
+				}
+			}
+			ranked := make([]bool, len(hits))
+			for j, h := range hits {
+				ranked[j] = isRelevant(h.Chunk, &q)
+			}
+			n := q.relevantCount()
+			out[i].Recall5 += Recall(ranked, n, 5)
+			out[i].Recall10 += Recall(ranked, n, 10)
+			out[i].MRR += ReciprocalRank(ranked)
+			out[i].NDCG10 += NDCG(ranked, n, 10)
+			out[i].Queries++
+			rank := 0
+			if rr := ReciprocalRank(ranked); rr > 0 {
+				rank = int(math.Round(1 / rr))
+			}
+			out[i].Ranks = append(out[i].Ranks, rank)
 		}
-		if sc.Queries > 0 {
-			n := float64(sc.Queries)
-			sc.Recall, sc.MRR, sc.NDCG10 = sc.Recall/n, sc.MRR/n, sc.NDCG10/n
+	}
+	for i := range out {
+		if n := float64(out[i].Queries); n > 0 {
+			out[i].Recall5, out[i].Recall10, out[i].MRR, out[i].NDCG10 = out[i].Recall5/n, out[i].Recall10/n, out[i].MRR/n, out[i].NDCG10/n
 		}
-		out = append(out, sc)
 	}
 	return out, nil
 }
 
-// isRelevant: the chunk is from the passage's file and belongs to its
-// section (by heading path, or it carries the section's heading, as the
-// first chunk of a file carries the title and the first section).
-func isRelevant(c index.Chunk, relevant [][2]string) bool {
-	for _, r := range relevant {
+// isRelevant: the chunk answers one of the query's passages. A bundled-set
+// passage: the chunk is from its file and belongs to its section (by heading
+// path, or it carries the section's heading, as the first chunk of a file
+// carries the title and the first section). A document-set passage: the
+// chunk is from its file and holds the snippet (see Passage).
+func isRelevant(c index.Chunk, q *Query) bool {
+	for _, r := range q.Relevant {
 		if c.FileID != r[0] {
 			continue
 		}
@@ -250,6 +441,52 @@ func isRelevant(c index.Chunk, relevant [][2]string) bool {
 			if strings.TrimSpace(line) == r[1] {
 				return true
 			}
+		}
+	}
+	var text string
+	for _, p := range q.Passages {
+		if c.FileID != p.File {
+			continue
+		}
+		if text == "" {
+			text = normWords(c.Text)
+		}
+		if snippetIn(text, normWords(p.Passage)) {
+			return true
+		}
+	}
+	return false
+}
+
+// normWords lowercases s and keeps its words of letters and digits, one
+// space between them: "Don't  use /usr/local!" → "don t use usr local".
+func normWords(s string) string {
+	var b strings.Builder
+	space := true
+	for _, r := range strings.ToLower(s) {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(r)
+			space = false
+		} else if !space {
+			b.WriteByte(' ')
+			space = true
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// snippetIn: text holds snippet, or text ends with the first half (or more)
+// of its words, or starts with the last half (or more): the snippet crosses
+// the chunk's edge.
+func snippetIn(text, snippet string) bool {
+	if strings.Contains(text, snippet) {
+		return true
+	}
+	words := strings.Fields(snippet)
+	half := (len(words) + 1) / 2
+	for n := len(words) - 1; n >= half && n > 0; n-- {
+		if strings.HasSuffix(text, strings.Join(words[:n], " ")) || strings.HasPrefix(text, strings.Join(words[len(words)-n:], " ")) {
+			return true
 		}
 	}
 	return false

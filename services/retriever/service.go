@@ -260,9 +260,18 @@ func (s *Service) search(ctx context.Context, req query.SearchRequest, filter *i
 		}
 		text += q
 	}
-	terms, _ := s.analyzer.TermFreqs(text)
-	q := index.Query{Tenant: req.Tenant, StoreIDs: req.StoreIDs, Terms: terms, Filter: filter, Limit: req.Limit,
-		Mode: req.Mode, ScoreThreshold: req.ScoreThreshold}
+	// The question is analysed for BM25F: the user's terms, question words
+	// at a low weight, WordNet synonyms at a lower one, the terms' order for
+	// the proximity boost, and a phrase when it has only stop words.
+	qt := s.analyzer.Query(text, lexical.QueryOptions{})
+	q := index.Query{Tenant: req.Tenant, StoreIDs: req.StoreIDs, TermWeights: qt.Weights, Ordered: qt.Ordered, Phrase: qt.Words,
+		Filter: filter, Limit: req.Limit, Mode: req.Mode, ScoreThreshold: req.ScoreThreshold}
+	if h := req.HybridSearch; h != nil {
+		if field, err := h.Validate(); err != nil {
+			return nil, index.Invalidf("ranking_options.hybrid_search.%s: %v", field, err)
+		}
+		q.Fusion = index.Fusion{Method: h.Fusion, DenseWeight: h.EmbeddingWeight, SparseWeight: h.TextWeight, RRFK: h.RRFK}
+	}
 	if req.EmbeddingModel != "" {
 		v, err := s.embedQuery(ctx, req.Tenant, req.EmbeddingModel, text)
 		if err != nil {

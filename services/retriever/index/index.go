@@ -1,7 +1,8 @@
 // Package index is the retriever's chunk index contract: the Index interface, the chunk, query, filter and hit
 // types, their validation (PrepareChunks, PrepareQuery) and the scoring every implementation shares. Chunks are
-// searched by dense vectors (cosine), by sparse lexical terms (BM25) and by both at once (hybrid: Reciprocal Rank
-// Fusion of the two candidate lists).
+// searched by dense vectors (cosine), by sparse lexical terms (BM25F over text and headings with a proximity boost,
+// or plain BM25) and by both at once (hybrid: weighted Reciprocal Rank Fusion or weighted scores of the two
+// candidate lists).
 //
 // Two implementations, both passing the contract suite in package indextest:
 //
@@ -17,8 +18,9 @@
 // and keyword statistics (document count, document frequencies, average length) are kept per tenant, so the
 // corpus of one tenant never changes the scores seen by another.
 //
-// Scores: dense mode returns cosine similarity, sparse mode returns the BM25 score, hybrid mode returns the RRF
-// score normalised to [0, 1] (1 = ranked first by every ranker that took part). ScoreThreshold compares against
+// Scores: dense mode returns cosine similarity, sparse mode returns the BM25F (or BM25) score, hybrid mode returns
+// the fused score on [0, 1] (RRF: 1 = ranked first by every ranker that took part; weighted: the weighted mean of
+// the normalised scores). ScoreThreshold compares against
 // that score.
 package index
 
@@ -108,6 +110,75 @@ type Query struct {
 	// ScoreThreshold drops hits scoring below it (see the package comment for the scale of each mode); 0 means
 	// no threshold (cosine similarities can be negative).
 	ScoreThreshold float64
+	// TermWeights are weighted query terms (lexical.Analyzer.Query: the user's terms, question words and
+	// synonyms at their weights); they add to Terms (a term in both weighs the sum).
+	TermWeights map[string]float64
+	// Ordered are the user's own terms in the order written: the proximity boost of ScoringBM25F.
+	Ordered []string
+	// Phrase are the words of a query made only of stop words (lexical.QueryTerms.Words): with no terms, a
+	// sparse search matches them as a phrase in chunk texts and headings instead of matching nothing.
+	Phrase []string
+	// Scoring selects the sparse scorer: ScoringBM25F (the default) or ScoringBM25.
+	Scoring string
+	// Fusion is how a hybrid query combines its dense and sparse lists.
+	Fusion Fusion
+}
+
+// Sparse scorers.
+const (
+	// ScoringBM25F scores the body, the chunk's own heading and the headings above it as BM25F fields (each
+	// with its own weight and length normalisation, per-tenant averages), plus a proximity boost for the
+	// user's terms occurring close together in the chunk text (embedded index; the Qdrant index scores
+	// BM25 over the body).
+	ScoringBM25F = "bm25f"
+	// ScoringBM25 is plain BM25 over the chunk text (body) only.
+	ScoringBM25 = "bm25"
+)
+
+// Fusion methods.
+const (
+	FusionRRF      = "rrf"      // weighted Reciprocal Rank Fusion (the default)
+	FusionWeighted = "weighted" // weighted sum of min-max normalised scores
+)
+
+// Fusion configures hybrid fusion. The zero value is RRF with k = 60 and equal weights.
+type Fusion struct {
+	Method string // FusionRRF (default) or FusionWeighted
+	// DenseWeight and SparseWeight weigh the two lists (OpenAI's hybrid_search embedding_weight and
+	// text_weight); both 0 means 1 and 1. Negative or non-finite weights are invalid.
+	DenseWeight, SparseWeight float64
+	// RRFK is RRF's constant k; 0 means RRFK (60).
+	RRFK int
+}
+
+// Default reports whether f is plain RRF with k = 60 and equal weights (what Qdrant fuses server-side).
+func (f Fusion) Default() bool {
+	return f.Method == FusionRRF && f.RRFK == RRFK && f.DenseWeight == f.SparseWeight
+}
+
+// normalize applies the defaults and validates f.
+func (f Fusion) normalize() (Fusion, error) {
+	if f.Method == "" {
+		f.Method = FusionRRF
+	}
+	if f.Method != FusionRRF && f.Method != FusionWeighted {
+		return f, Invalidf("unknown fusion %q (want %s or %s)", f.Method, FusionRRF, FusionWeighted)
+	}
+	for _, w := range []float64{f.DenseWeight, f.SparseWeight} {
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return f, Invalidf("fusion weights must be finite and not negative")
+		}
+	}
+	if f.DenseWeight == 0 && f.SparseWeight == 0 {
+		f.DenseWeight, f.SparseWeight = 1, 1
+	}
+	if f.RRFK == 0 {
+		f.RRFK = RRFK
+	}
+	if f.RRFK < 1 || f.RRFK > 10000 {
+		return f, Invalidf("rrf k %d out of range 1-10000", f.RRFK)
+	}
+	return f, nil
 }
 
 // Index is a tenant-isolated chunk index.
@@ -350,13 +421,14 @@ func PrepareChunks(chunks []Chunk, dim int) ([]Chunk, error) {
 
 // PreparedQuery is a validated query in the form every implementation executes.
 type PreparedQuery struct {
-	Query                            // Limit and Mode filled in, Filter normalised
-	Stores         map[string]bool   // StoreIDs as a set; nil: every store
-	UnitDense      []float32         // the query vector normalised; nil when not given
-	PositiveTerms  map[string]uint32 // query terms with a positive frequency
-	UseDense       bool              // the dense ranker takes part
-	UseSparse      bool              // the sparse (BM25) ranker takes part
-	CandidateLimit int               // size of each candidate list (CandidateFactor × Limit for hybrid)
+	Query                             // Limit and Mode filled in, Filter normalised
+	Stores         map[string]bool    // StoreIDs as a set; nil: every store
+	UnitDense      []float32          // the query vector normalised; nil when not given
+	PositiveTerms  map[string]uint32  // query terms with a positive frequency
+	Weights        map[string]float64 // every query term with a positive weight: Terms plus TermWeights
+	UseDense       bool               // the dense ranker takes part
+	UseSparse      bool               // the sparse (BM25) ranker takes part
+	CandidateLimit int                // size of each candidate list (CandidateFactor × Limit for hybrid)
 }
 
 // PrepareQuery validates q against an index of dense dimension dim (0: any) and returns it prepared; errors wrap
@@ -409,7 +481,41 @@ func PrepareQuery(q Query, dim int) (PreparedQuery, error) {
 			}
 		}
 	}
-	hasDense, hasSparse := p.UnitDense != nil, len(p.PositiveTerms) > 0
+	if len(q.TermWeights) > 0 || len(p.PositiveTerms) > 0 {
+		p.Weights = make(map[string]float64, len(p.PositiveTerms)+len(q.TermWeights))
+		for t, tf := range p.PositiveTerms {
+			p.Weights[t] = float64(tf)
+		}
+		for t, w := range q.TermWeights {
+			switch {
+			case t == "":
+				errs = append(errs, Invalidf("query term is empty"))
+			case math.IsNaN(w) || math.IsInf(w, 0):
+				errs = append(errs, Invalidf("query term weight is not finite"))
+			case w > 0:
+				p.Weights[t] += w
+			}
+		}
+		if len(p.Weights) == 0 {
+			p.Weights = nil
+		}
+	}
+	if len(q.Phrase) > 64 {
+		errs = append(errs, Invalidf("%d phrase words (at most 64)", len(q.Phrase)))
+	}
+	switch p.Scoring {
+	case "":
+		p.Scoring = ScoringBM25F
+	case ScoringBM25F, ScoringBM25:
+	default:
+		errs = append(errs, Invalidf("unknown scoring %q (want %s or %s)", q.Scoring, ScoringBM25F, ScoringBM25))
+	}
+	if f, err := q.Fusion.normalize(); err != nil {
+		errs = append(errs, err)
+	} else {
+		p.Fusion = f
+	}
+	hasDense, hasSparse := p.UnitDense != nil, len(p.Weights) > 0 || len(q.Phrase) > 0
 	switch p.Mode {
 	case ModeHybrid:
 		p.UseDense, p.UseSparse = hasDense, hasSparse

@@ -162,11 +162,12 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		if t.MaxNumResults != nil {
 			limit = min(max(*t.MaxNumResults, 1), 50)
 		}
-		threshold := 0.0
-		if t.RankingOptions != nil && t.RankingOptions.ScoreThreshold != nil {
-			threshold = *t.RankingOptions.ScoreThreshold
+		ranking, e := t.RankingOptions.Ranking("tools.ranking_options")
+		if e != nil {
+			contracts.Write(w, e)
+			return
 		}
-		res, e := s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, threshold)
+		res, e := s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, ranking)
 		if e != nil {
 			contracts.Write(w, e)
 			return

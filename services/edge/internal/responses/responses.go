@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/services/edge/internal/vectorstores"
 )
 
 type responsesRequest struct {
@@ -29,13 +30,11 @@ type responsesRequest struct {
 	PreviousResponseID *string    `json:"previous_response_id"`
 	Prompt             *promptRef `json:"prompt"`
 	Tools              []struct {
-		Type           string          `json:"type"`
-		VectorStoreIDs []string        `json:"vector_store_ids"`
-		MaxNumResults  *int            `json:"max_num_results"`
-		Filters        json.RawMessage `json:"filters"`
-		RankingOptions *struct {
-			ScoreThreshold *float64 `json:"score_threshold"`
-		} `json:"ranking_options"`
+		Type           string                       `json:"type"`
+		VectorStoreIDs []string                     `json:"vector_store_ids"`
+		MaxNumResults  *int                         `json:"max_num_results"`
+		Filters        json.RawMessage              `json:"filters"`
+		RankingOptions *vectorstores.RankingOptions `json:"ranking_options"`
 		// Container is code_interpreter's: an id or {"type": "auto"}.
 		Container json.RawMessage `json:"container"`
 	} `json:"tools"`

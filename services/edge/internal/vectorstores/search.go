@@ -27,11 +27,40 @@ type searchRequest struct {
 	Query          json.RawMessage `json:"query"`
 	Filters        json.RawMessage `json:"filters"`
 	MaxNumResults  *int            `json:"max_num_results"`
-	RankingOptions *struct {
-		Ranker         string   `json:"ranker"`
-		ScoreThreshold *float64 `json:"score_threshold"`
-	} `json:"ranking_options"`
-	RewriteQuery bool `json:"rewrite_query"`
+	RankingOptions *RankingOptions `json:"ranking_options"`
+	RewriteQuery   bool            `json:"rewrite_query"`
+}
+
+// RankingOptions is OpenAI's ranking_options of vector store search and the
+// file_search tool: ranker, score_threshold and hybrid_search (embedding and
+// text weights; aiforge adds the fusion method and RRF's k).
+type RankingOptions struct {
+	Ranker         string              `json:"ranker"`
+	ScoreThreshold *float64            `json:"score_threshold"`
+	HybridSearch   *query.HybridSearch `json:"hybrid_search"`
+}
+
+// Ranking is what a search takes from ranking_options.
+type Ranking struct {
+	ScoreThreshold float64
+	HybridSearch   *query.HybridSearch
+}
+
+// Ranking validates o (param is where it sits in the request, for errors)
+// and returns what the search takes; nil options are the defaults.
+func (o *RankingOptions) Ranking(param string) (Ranking, *contracts.Error) {
+	if o == nil {
+		return Ranking{}, nil
+	}
+	var r Ranking
+	if o.ScoreThreshold != nil {
+		r.ScoreThreshold = *o.ScoreThreshold
+	}
+	if field, err := o.HybridSearch.Validate(); err != nil {
+		return r, contracts.ErrBadRequest(param+".hybrid_search."+field, contracts.CodeInvalidRequest, "Invalid '"+param+".hybrid_search."+field+"': "+err.Error()+".")
+	}
+	r.HybridSearch = o.HybridSearch
+	return r, nil
 }
 
 // Result is one search result in OpenAI's shape.
@@ -48,7 +77,7 @@ func (r Result) Text() any { return r.Content[0]["text"] }
 
 // Search searches the stores storeIDs of tenant; a store that does not
 // exist answers 404.
-func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries []string, filters json.RawMessage, limit int, threshold float64) ([]Result, *contracts.Error) {
+func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries []string, filters json.RawMessage, limit int, ranking Ranking) ([]Result, *contracts.Error) {
 	stores := make([]VectorStore, 0, len(storeIDs))
 	for _, id := range storeIDs {
 		notFound := &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Code: contracts.CodeNotFound,
@@ -66,12 +95,12 @@ func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries [
 		}
 		stores = append(stores, vs)
 	}
-	return s.searchStores(ctx, tenant, stores, queries, filters, limit, threshold)
+	return s.searchStores(ctx, tenant, stores, queries, filters, limit, ranking)
 }
 
 // searchStores asks the retriever and returns OpenAI-shaped results; pages
 // and heading paths (aiforge's additions) ride in the attributes.
-func (s *Service) searchStores(ctx context.Context, tenant string, stores []VectorStore, queries []string, filters json.RawMessage, limit int, threshold float64) ([]Result, *contracts.Error) {
+func (s *Service) searchStores(ctx context.Context, tenant string, stores []VectorStore, queries []string, filters json.RawMessage, limit int, ranking Ranking) ([]Result, *contracts.Error) {
 	ids := make([]string, len(stores))
 	model := ""
 	for i, vs := range stores {
@@ -80,7 +109,8 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 			model = vs.EmbeddingModel
 		}
 	}
-	req := query.SearchRequest{Tenant: tenant, StoreIDs: ids, Queries: queries, Limit: limit, ScoreThreshold: threshold, EmbeddingModel: model}
+	req := query.SearchRequest{Tenant: tenant, StoreIDs: ids, Queries: queries, Limit: limit, ScoreThreshold: ranking.ScoreThreshold,
+		EmbeddingModel: model, HybridSearch: ranking.HybridSearch}
 	if len(filters) > 0 && string(filters) != "null" {
 		req.Filter = filters
 	}
@@ -171,11 +201,12 @@ func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		}
 		limit = *req.MaxNumResults
 	}
-	threshold := 0.0
-	if req.RankingOptions != nil && req.RankingOptions.ScoreThreshold != nil {
-		threshold = *req.RankingOptions.ScoreThreshold
+	ranking, e := req.RankingOptions.Ranking("ranking_options")
+	if e != nil {
+		contracts.Write(w, e)
+		return
 	}
-	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, threshold)
+	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, ranking)
 	if e != nil {
 		contracts.Write(w, e)
 		return

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aiforge/aiforge/pkg/lexical"
 	"github.com/aiforge/aiforge/services/retriever/index"
 	"github.com/aiforge/aiforge/services/retriever/index/embedded/hnsw"
 	"github.com/aiforge/aiforge/services/retriever/index/embedded/internal/codec"
@@ -106,10 +107,14 @@ type tenant struct {
 	stores   map[string]*storeDocs
 	live     int
 	totalLen int64
-	termIdx  map[string]int32
-	terms    []termPostings
-	graph    *hnsw.Graph
-	deadDocs int // nil entries in docs
+	// BM25F statistics of the heading fields: total lengths and the number of live documents that have the
+	// field (its average is over those).
+	ownLen, ancLen   int64
+	ownDocs, ancDocs int
+	termIdx          map[string]int32
+	terms            []termPostings
+	graph            *hnsw.Graph
+	deadDocs         int // nil entries in docs
 }
 
 type storeDocs struct {
@@ -120,18 +125,89 @@ type storeDocs struct {
 type doc struct {
 	c    index.Chunk // prepared; Dense nil
 	node int32       // graph node, -1 without a vector
+	// Heading fields (BM25F), derived from c.HeadingPath: lengths of the chunk's own (last) heading and of the
+	// headings above it, and the terms found only there (not in c.Terms), which have postings too.
+	ownLen, ancLen int32
+	hterms         []string
 }
 
 type posting struct {
 	doc uint32
-	tf  uint32
+	tf  uint32 // in the body (chunk text); 0 for a term found only in the headings
+	own uint16 // in the chunk's own heading
+	anc uint16 // in the headings above it
 }
 
 type termPostings struct {
 	post  []posting
-	df    int64 // live documents containing the term
+	df    int64 // live documents containing the term in the body
+	dfAll int64 // live documents containing the term in any field
 	stale int   // postings whose document is gone
 }
+
+// headingAnalyzer analyses heading paths into the BM25F heading fields (the same analysis as the text's).
+var headingAnalyzer = lexical.NewEnglish()
+
+// addDoc indexes doc num (already in t.docs): statistics and postings. Heading fields are derived here, so
+// they need no place in the WAL or the snapshot.
+func (t *tenant) addDoc(num uint32, d *doc) {
+	c := &d.c
+	t.live++
+	t.totalLen += int64(c.Length)
+	var own, anc map[string]uint32
+	if n := len(c.HeadingPath); n > 0 {
+		var ol, al int
+		own, ol = headingAnalyzer.TermFreqs(c.HeadingPath[n-1])
+		for _, h := range c.HeadingPath[:n-1] {
+			tf, l := headingAnalyzer.TermFreqs(h)
+			if anc == nil {
+				anc = tf
+			} else {
+				for k, v := range tf {
+					anc[k] += v
+				}
+			}
+			al += l
+		}
+		d.ownLen, d.ancLen = int32(min(ol, 1<<20)), int32(min(al, 1<<20))
+		if ol > 0 {
+			t.ownLen += int64(d.ownLen)
+			t.ownDocs++
+		}
+		if al > 0 {
+			t.ancLen += int64(d.ancLen)
+			t.ancDocs++
+		}
+	}
+	add := func(term string, p posting) {
+		idx, ok := t.termIdx[term]
+		if !ok {
+			idx = int32(len(t.terms))
+			t.termIdx[term] = idx
+			t.terms = append(t.terms, termPostings{})
+		}
+		tp := &t.terms[idx]
+		tp.post = append(tp.post, p)
+		if p.tf > 0 {
+			tp.df++
+		}
+		tp.dfAll++
+	}
+	for term, tf := range c.Terms {
+		add(term, posting{doc: num, tf: tf, own: sat16(own[term]), anc: sat16(anc[term])})
+	}
+	for _, m := range []map[string]uint32{own, anc} {
+		for term := range m {
+			if _, body := c.Terms[term]; body || slices.Contains(d.hterms, term) {
+				continue
+			}
+			d.hterms = append(d.hterms, term)
+			add(term, posting{doc: num, own: sat16(own[term]), anc: sat16(anc[term])})
+		}
+	}
+}
+
+func sat16(v uint32) uint16 { return uint16(min(v, 1<<16-1)) }
 
 // Open opens (or creates) the index in cfg.Dir, loading the snapshot and replaying the WAL.
 func Open(cfg Config) (*Index, error) {
@@ -366,19 +442,7 @@ func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) {
 		}
 		f[num] = struct{}{}
 		s.count++
-		t.live++
-		t.totalLen += int64(c.Length)
-		for term, tf := range c.Terms {
-			idx, ok := t.termIdx[term]
-			if !ok {
-				idx = int32(len(t.terms))
-				t.termIdx[term] = idx
-				t.terms = append(t.terms, termPostings{})
-			}
-			tp := &t.terms[idx]
-			tp.post = append(tp.post, posting{doc: num, tf: tf})
-			tp.df++
-		}
+		t.addDoc(num, d)
 		if c.Dense != nil {
 			vecs = append(vecs, c.Dense)
 			labels = append(labels, num)
@@ -422,13 +486,29 @@ func (t *tenant) removeDoc(num uint32) bool {
 	}
 	t.live--
 	t.totalLen -= int64(d.c.Length)
+	if d.ownLen > 0 {
+		t.ownLen -= int64(d.ownLen)
+		t.ownDocs--
+	}
+	if d.ancLen > 0 {
+		t.ancLen -= int64(d.ancLen)
+		t.ancDocs--
+	}
+	terms := make([]string, 0, len(d.c.Terms)+len(d.hterms))
 	for term := range d.c.Terms {
+		terms = append(terms, term)
+	}
+	terms = append(terms, d.hterms...)
+	for i, term := range terms {
 		idx, ok := t.termIdx[term]
 		if !ok {
 			continue
 		}
 		tp := &t.terms[idx]
-		tp.df--
+		if i < len(d.c.Terms) {
+			tp.df--
+		}
+		tp.dfAll--
 		tp.stale++
 		if tp.stale >= 16 && tp.stale*2 > len(tp.post) {
 			tp.post = slices.DeleteFunc(tp.post, func(p posting) bool { return t.docs[p.doc] == nil })
@@ -471,7 +551,8 @@ func (t *tenant) maybeCompact() {
 		out := tp.post[:0]
 		for _, p := range tp.post {
 			if t.docs[p.doc] != nil {
-				out = append(out, posting{doc: remap[p.doc], tf: p.tf})
+				p.doc = remap[p.doc]
+				out = append(out, p)
 			}
 		}
 		tp.post, tp.stale = out, 0
@@ -534,15 +615,19 @@ func (e *Index) Search(ctx context.Context, q index.Query) ([]index.Hit, error) 
 	}
 	tie := func(a, b uint32) int { return strings.Compare(t.docs[a].c.ID, t.docs[b].c.ID) }
 	var lists [][]index.Ranked[uint32]
+	var weights []float64
+	var absolute []bool
 	if p.UseDense {
 		lists = append(lists, e.denseSearch(t, &p, tie))
+		weights, absolute = append(weights, p.Fusion.DenseWeight), append(absolute, true)
 	}
 	if p.UseSparse {
 		lists = append(lists, e.sparseSearch(t, &p, tie))
+		weights, absolute = append(weights, p.Fusion.SparseWeight), append(absolute, false)
 	}
 	var final []index.Ranked[uint32]
 	if p.Fused() {
-		final = index.RRFFuse(lists, p.Limit, tie)
+		final = index.FuseWeights(lists, weights, absolute, p.Fusion, p.Limit, tie)
 	} else {
 		final = lists[0]
 		if len(final) > p.Limit {
@@ -668,40 +753,96 @@ func (t *tenant) exactDense(p *index.PreparedQuery, k int, filtered bool, tie fu
 	return top.sorted()
 }
 
-// sparseSearch scores admitted documents by BM25 with this tenant's statistics (term at a time, into a dense
-// accumulator indexed by document number).
+// BM25F fields: the chunk text, its own heading, the headings above it. A term in the chunk's own heading
+// counts as three occurrences in the text, one in the headings above (title included) as one and a half;
+// headings are short and their lengths vary little, so they are normalised less.
+var bm25fFields = []lexical.Field{{Weight: 1, B: index.BM25B}, {Weight: 3, B: 0.5}, {Weight: 1.5, B: 0.5}}
+
+var bm25Params = lexical.BM25{K1: index.BM25K1, B: index.BM25B}
+
+const (
+	// proximityWeight scales lexical.Proximity (IDF-weighted closeness of the user's terms in the text) into the
+	// BM25F score: two query terms side by side add half the smaller one's IDF.
+	proximityWeight = 0.5
+	// proximityRescore is how many of the best BM25F candidates (at least) get the proximity boost.
+	proximityRescore = 100
+	// phraseScanMax bounds the documents a stop-words-only query scans.
+	phraseScanMax = 200_000
+)
+
+// sparseSearch scores admitted documents with this tenant's statistics (term at a time, into a dense
+// accumulator indexed by document number): BM25F over the text and heading fields plus a proximity boost on
+// the best candidates (index.ScoringBM25F), or plain BM25 over the text (index.ScoringBM25). A query with no
+// terms but phrase words (only stop words) matches them as a phrase.
 func (e *Index) sparseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uint32) int) []index.Ranked[uint32] {
 	if t.live == 0 {
 		return nil
 	}
-	avg := float64(t.totalLen) / float64(t.live)
-	terms := make([]string, 0, len(p.PositiveTerms))
-	for term := range p.PositiveTerms {
+	if len(p.Weights) == 0 {
+		return t.phraseSearch(p, tie)
+	}
+	plain := p.Scoring == index.ScoringBM25
+	avg := []float64{float64(t.totalLen) / float64(t.live), 0, 0}
+	if t.ownDocs > 0 {
+		avg[1] = float64(t.ownLen) / float64(t.ownDocs)
+	}
+	if t.ancDocs > 0 {
+		avg[2] = float64(t.ancLen) / float64(t.ancDocs)
+	}
+	terms := make([]string, 0, len(p.Weights))
+	for term := range p.Weights {
 		terms = append(terms, term)
 	}
 	slices.Sort(terms) // a fixed summation order keeps scores reproducible
+	idf := make(map[string]float64, len(terms))
 	acc := e.getAcc(len(t.docs))
 	defer e.accPool.Put(acc)
+	var tf [3]uint32
+	var length [3]int
 	for _, term := range terms {
 		idx, ok := t.termIdx[term]
-		if !ok || t.terms[idx].df <= 0 {
+		if !ok {
 			continue
 		}
 		tp := &t.terms[idx]
-		w := index.BM25IDF(tp.df, int64(t.live)) * float64(p.PositiveTerms[term])
+		df := tp.dfAll
+		if plain {
+			df = tp.df
+		}
+		if df <= 0 {
+			continue
+		}
+		idf[term] = index.BM25IDF(df, int64(t.live))
+		w := idf[term] * p.Weights[term]
 		for _, ps := range tp.post {
 			d := t.docs[ps.doc]
-			if d == nil {
+			if d == nil || plain && ps.tf == 0 {
+				continue
+			}
+			var sc float64
+			if plain {
+				sc = index.BM25TF(ps.tf, d.c.Length, avg[0])
+			} else {
+				tf = [3]uint32{ps.tf, uint32(ps.own), uint32(ps.anc)}
+				length = [3]int{d.c.Length, int(d.ownLen), int(d.ancLen)}
+				sc = bm25Params.FieldTF(bm25fFields, tf[:], length[:], avg[:])
+			}
+			if sc == 0 {
 				continue
 			}
 			if acc.score[ps.doc] == 0 {
 				acc.touched = append(acc.touched, ps.doc)
 			}
-			acc.score[ps.doc] += w * index.BM25TF(ps.tf, d.c.Length, avg)
+			acc.score[ps.doc] += w * sc
 		}
 	}
+	k := p.CandidateLimit
+	proximity := !plain && len(p.Ordered) > 1
+	if proximity {
+		k = max(k, proximityRescore)
+	}
 	var top topK
-	top.init(p.CandidateLimit, tie)
+	top.init(k, tie)
 	for _, num := range acc.touched {
 		s := acc.score[num]
 		acc.score[num] = 0
@@ -711,6 +852,59 @@ func (e *Index) sparseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b ui
 		top.offer(num, s)
 	}
 	acc.touched = acc.touched[:0]
+	out := top.sorted()
+	if !proximity {
+		return out
+	}
+	weight := func(term string) float64 { return idf[term] }
+	for i := range out {
+		doc := headingAnalyzer.Terms(t.docs[out[i].Key].c.Text)
+		out[i].Score += proximityWeight * lexical.Proximity(doc, p.Ordered, weight)
+	}
+	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
+		if a.Score != b.Score {
+			if a.Score > b.Score {
+				return -1
+			}
+			return 1
+		}
+		return tie(a.Key, b.Key)
+	})
+	if len(out) > p.CandidateLimit {
+		out = out[:p.CandidateLimit]
+	}
+	return out
+}
+
+// phraseSearch matches a query made only of stop words as a phrase: a chunk whose own heading holds it scores
+// 2, one whose text or other headings hold it scores 1. At most phraseScanMax documents are read.
+func (t *tenant) phraseSearch(p *index.PreparedQuery, tie func(a, b uint32) int) []index.Ranked[uint32] {
+	if len(p.Phrase) == 0 {
+		return nil
+	}
+	var top topK
+	top.init(p.CandidateLimit, tie)
+	scanned := 0
+	for num, d := range t.docs {
+		if d == nil {
+			continue
+		}
+		if scanned++; scanned > phraseScanMax {
+			break
+		}
+		if p.Filtered() && !t.admits(p, uint32(num)) {
+			continue
+		}
+		score := 0.0
+		if n := len(d.c.HeadingPath); n > 0 && lexical.PhraseMatch(d.c.HeadingPath[n-1], p.Phrase) {
+			score = 2
+		} else if lexical.PhraseMatch(d.c.Text, p.Phrase) || lexical.PhraseMatch(strings.Join(d.c.HeadingPath, "\n"), p.Phrase) {
+			score = 1
+		}
+		if score > 0 {
+			top.offer(uint32(num), score)
+		}
+	}
 	return top.sorted()
 }
 

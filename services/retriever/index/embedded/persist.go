@@ -493,18 +493,7 @@ func (e *Index) readSnapshot(f *os.File) (walGen uint64, err error) {
 			}
 			s.files[c.FileID][num] = struct{}{}
 			s.count++
-			t.live++
-			t.totalLen += int64(c.Length)
-			for term, tf := range c.Terms {
-				idx, ok := t.termIdx[term]
-				if !ok {
-					idx = int32(len(t.terms))
-					t.termIdx[term] = idx
-					t.terms = append(t.terms, termPostings{})
-				}
-				t.terms[idx].post = append(t.terms[idx].post, posting{doc: num, tf: tf})
-				t.terms[idx].df++
-			}
+			t.addDoc(num, t.docs[num])
 		}
 		if d.Byte() == 1 {
 			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64())

@@ -823,12 +823,15 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 	var sparseIdx []uint32
 	var sparseVal []float32
 	if p.UseSparse {
-		sparseIdx, sparseVal = q.querySparse(p.Tenant, p.PositiveTerms)
+		sparseIdx, sparseVal = q.querySparse(p.Tenant, p.Weights)
 	}
 	req := &qc.QueryPoints{
 		CollectionName: q.cfg.Collection,
 		Limit:          ptr(uint64(p.Limit)),
 		WithPayload:    qc.NewWithPayload(true),
+	}
+	if p.Fused() && !p.Fusion.Default() {
+		return q.fuseClientSide(ctx, &p, filter, sparseIdx, sparseVal)
 	}
 	switch {
 	case p.Fused():
@@ -887,9 +890,68 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 	return hits, nil
 }
 
+// fuseClientSide runs a hybrid query whose fusion Qdrant cannot do itself (weighted RRF, another k, weighted
+// score fusion): the dense and the sparse candidate lists are queried one by one and fused here.
+func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filter *qc.Filter, sparseIdx []uint32, sparseVal []float32) ([]index.Hit, error) {
+	var lists [][]index.Ranked[string]
+	var weights []float64
+	var absolute []bool
+	points := map[string]*qc.ScoredPoint{}
+	run := func(query *qc.Query, using string, w float64) error {
+		req := &qc.QueryPoints{
+			CollectionName: q.cfg.Collection, Limit: ptr(uint64(p.CandidateLimit)), WithPayload: qc.NewWithPayload(true),
+			Query: query, Using: ptr(using), Filter: filter,
+		}
+		cctx, cancel := q.call(ctx)
+		defer cancel()
+		res, err := q.client.Query(cctx, req)
+		if err != nil {
+			return fmt.Errorf("qdrant index: query: %w", err)
+		}
+		l := make([]index.Ranked[string], 0, len(res))
+		for _, sp := range res {
+			id := sp.GetId().GetUuid()
+			points[id] = sp
+			l = append(l, index.Ranked[string]{Key: id, Score: float64(sp.GetScore())})
+		}
+		lists, weights, absolute = append(lists, l), append(weights, w), append(absolute, using == qDense)
+		return nil
+	}
+	if p.UseDense {
+		if err := run(qc.NewQueryDense(p.UnitDense), qDense, p.Fusion.DenseWeight); err != nil {
+			return nil, err
+		}
+	}
+	if p.UseSparse {
+		if len(sparseIdx) > 0 {
+			if err := run(qc.NewQuerySparse(sparseIdx, sparseVal), qSparse, p.Fusion.SparseWeight); err != nil {
+				return nil, err
+			}
+		} else {
+			lists, weights, absolute = append(lists, nil), append(weights, p.Fusion.SparseWeight), append(absolute, false)
+		}
+	}
+	fused := index.FuseWeights(lists, weights, absolute, p.Fusion, p.Limit, strings.Compare)
+	hits := make([]index.Hit, 0, len(fused))
+	for _, r := range fused {
+		if !p.Passes(r.Score) {
+			continue
+		}
+		c, err := chunkFromPayload(points[r.Key].GetPayload())
+		if err != nil {
+			return nil, fmt.Errorf("qdrant index: point %s: %w", r.Key, err)
+		}
+		if c.Tenant != p.Tenant {
+			return nil, fmt.Errorf("qdrant index: query for tenant %q returned a point of tenant %q", p.Tenant, c.Tenant)
+		}
+		hits = append(hits, index.Hit{Chunk: c, Score: r.Score})
+	}
+	return hits, nil
+}
+
 // querySparse turns query terms into the tenant's IDF weights over hashed indices; terms the tenant has never
 // seen are dropped (no chunk of the tenant can match them).
-func (q *Index) querySparse(tenant string, terms map[string]uint32) ([]uint32, []float32) {
+func (q *Index) querySparse(tenant string, terms map[string]float64) ([]uint32, []float32) {
 	q.statsMu.RLock()
 	defer q.statsMu.RUnlock()
 	s := q.stats[tenant]
@@ -900,7 +962,7 @@ func (q *Index) querySparse(tenant string, terms map[string]uint32) ([]uint32, [
 	for t, qtf := range terms {
 		id := index.TermID(t)
 		if df := s.df[id]; df > 0 {
-			w[id] += index.BM25IDF(df, s.n) * float64(qtf)
+			w[id] += index.BM25IDF(df, s.n) * qtf
 		}
 	}
 	idx := make([]uint32, 0, len(w))

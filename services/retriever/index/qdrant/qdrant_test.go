@@ -444,3 +444,37 @@ func TestQdrantConfigValidate(t *testing.T) {
 		t.Fatal("unreachable")
 	}
 }
+
+// TestQdrantClientSideFusion: a hybrid query with weights (which Qdrant's own RRF does not take) runs the two
+// lists one by one and fuses them in the adapter, with the embedded index's scales.
+func TestQdrantClientSideFusion(t *testing.T) {
+	srv := startFake(t)
+	q := mustQdrant(t, srv.Addr, "chunks")
+	ctx := context.Background()
+	vec := func(i int) []float32 {
+		v := make([]float32, indextest.Dim)
+		v[i] = 1
+		return v
+	}
+	kw := index.Chunk{ID: "kw", Tenant: "t", StoreID: "s", FileID: "keyword", Text: "persistence", Dense: vec(1), Terms: map[string]uint32{"persist": 1}}
+	dn := index.Chunk{ID: "dn", Tenant: "t", StoreID: "s", FileID: "vector", Text: "other", Dense: vec(0), Terms: map[string]uint32{"other": 1}}
+	if err := q.Upsert(ctx, []index.Chunk{kw, dn}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		f     index.Fusion
+		first string
+	}{
+		{index.Fusion{Method: index.FusionWeighted, DenseWeight: 1}, "vector"},
+		{index.Fusion{Method: index.FusionWeighted, SparseWeight: 1}, "keyword"},
+		{index.Fusion{Method: index.FusionRRF, DenseWeight: 1, SparseWeight: 4}, "keyword"},
+	} {
+		hits, err := q.Search(ctx, index.Query{Tenant: "t", Mode: index.ModeHybrid, Dense: vec(0), TermWeights: map[string]float64{"persist": 1}, Fusion: c.f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) == 0 || hits[0].Chunk.FileID != c.first || hits[0].Score <= 0 || hits[0].Score > 1 {
+			t.Fatalf("fusion %+v: %+v, want %s first", c.f, hits, c.first)
+		}
+	}
+}

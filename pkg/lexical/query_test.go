@@ -1,0 +1,115 @@
+package lexical
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+func TestQueryWeighsQuestionWordsAndSynonymsBelowTheUsersTerms(t *testing.T) {
+	a := NewEnglish()
+	q := a.Query("How can I change the colour of a picture?", QueryOptions{})
+	for _, own := range []string{"chang", "colour", "pictur"} {
+		if q.Weights[own] != 1 {
+			t.Errorf("user term %q weighs %v, want 1 (weights %v)", own, q.Weights[own], q.Weights)
+		}
+	}
+	if w := q.Weights["can"]; w != QuestionWordWeight {
+		t.Errorf("question word 'can' weighs %v, want %v", w, QuestionWordWeight)
+	}
+	if _, ok := q.Weights["how"]; ok {
+		t.Error("stop word 'how' kept")
+	}
+	if w := q.Weights["color"]; w != SynonymWeight {
+		t.Errorf("synonym 'color' of 'colour' weighs %v, want %v", w, SynonymWeight)
+	}
+	if !slices.Equal(q.Ordered, []string{"chang", "colour", "pictur"}) {
+		t.Errorf("ordered = %v", q.Ordered)
+	}
+	if q.Words != nil {
+		t.Errorf("words set for a query with terms: %v", q.Words)
+	}
+	n := a.Query("How can I change the colour of a picture?", QueryOptions{NoSynonyms: true})
+	if _, ok := n.Weights["color"]; ok {
+		t.Error("NoSynonyms expanded")
+	}
+}
+
+func TestQueryOfOnlyStopWordsKeepsAPhrase(t *testing.T) {
+	a := NewEnglish()
+	q := a.Query("To be, or not to be", QueryOptions{})
+	if len(q.Weights) != 0 || !slices.Equal(q.Words, []string{"to", "be", "or", "not", "to", "be"}) {
+		t.Fatalf("query = %+v", q)
+	}
+	if !PhraseMatch("Hamlet: To be or NOT to be; that is the question.", q.Words) {
+		t.Error("phrase not found")
+	}
+	if PhraseMatch("to be or to be not", q.Words) {
+		t.Error("words out of order matched")
+	}
+	// Only question words: they stay, at their low weight, so it finds something.
+	if q := a.Query("can I?", QueryOptions{}); q.Weights["can"] != QuestionWordWeight {
+		t.Errorf("'can I?' = %+v", q)
+	}
+	if q := a.Query("   ", QueryOptions{}); q.Weights != nil || q.Words != nil {
+		t.Errorf("blank query = %+v", q)
+	}
+}
+
+func TestSynonymsTable(t *testing.T) {
+	if !slices.Contains(Synonyms("colour"), "color") || !slices.Contains(Synonyms("holiday"), "vacat") {
+		t.Fatalf("colour → %v, holiday → %v", Synonyms("colour"), Synonyms("holiday"))
+	}
+	if Synonyms("the") != nil || Synonyms("zzzz") != nil {
+		t.Fatal("synonyms for a stop word or a non-word")
+	}
+	for _, s := range Synonyms("start") {
+		if len(s) < 3 {
+			t.Fatalf("short synonym %q", s)
+		}
+	}
+}
+
+func TestProximityRewardsTermsCloseTogether(t *testing.T) {
+	one := func(string) float64 { return 1 }
+	q := []string{"keep", "file", "reboot"}
+	near := Proximity([]string{"keep", "file", "across", "reboot"}, q, one)
+	far := Proximity([]string{"keep", "a", "b", "c", "d", "e", "f", "g", "h", "i", "file", "x", "y", "z", "w", "v", "u", "t", "s", "reboot"}, q, one)
+	if near <= far || far != 0 {
+		t.Fatalf("near %v, far %v", near, far)
+	}
+	// keep–file at 1, file–reboot at 2, keep–reboot at 3.
+	if want := 1 + 1.0/2 + 1.0/3; math.Abs(near-want) > 1e-9 {
+		t.Fatalf("near = %v, want %v", near, want)
+	}
+	if Proximity([]string{"keep", "keep"}, []string{"keep"}, one) != 0 {
+		t.Fatal("a single term has no proximity")
+	}
+	idf := func(t string) float64 { return map[string]float64{"keep": 1, "file": 4}[t] }
+	if p := Proximity([]string{"file", "keep"}, []string{"keep", "file"}, idf); p != 1 {
+		t.Fatalf("pair weight = %v, want the smaller weight 1", p)
+	}
+}
+
+func TestFieldTF(t *testing.T) {
+	p := BM25{K1: 1.2, B: 0.75}
+	fields := []Field{{Weight: 1, B: 0.75}, {Weight: 3, B: 0.5}}
+	avg := []float64{100, 4}
+	body := p.FieldTF(fields, []uint32{1, 0}, []int{100, 4}, avg)
+	head := p.FieldTF(fields, []uint32{0, 1}, []int{100, 4}, avg)
+	both := p.FieldTF(fields, []uint32{1, 1}, []int{100, 4}, avg)
+	if !(head > body && both > head) {
+		t.Fatalf("body %v, heading %v, both %v", body, head, both)
+	}
+	// One occurrence in the body of an average document is plain BM25's TF.
+	if want := float64(p.TF(1, 100, 100)); math.Abs(body-want) > 1e-6 {
+		t.Fatalf("body = %v, want BM25's %v", body, want)
+	}
+	// Saturation: however many occurrences, below k1+1.
+	if many := p.FieldTF(fields, []uint32{1000, 1000}, []int{100, 4}, avg); many >= 2.2 {
+		t.Fatalf("unsaturated: %v", many)
+	}
+	if p.FieldTF(fields, []uint32{0, 0}, []int{10, 1}, avg) != 0 {
+		t.Fatal("no occurrence scores")
+	}
+}

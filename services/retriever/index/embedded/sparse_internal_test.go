@@ -1,0 +1,196 @@
+package embedded
+
+import (
+	"context"
+	"testing"
+
+	"github.com/aiforge/aiforge/pkg/lexical"
+	"github.com/aiforge/aiforge/services/retriever/index"
+)
+
+var an = lexical.NewEnglish()
+
+func textChunk(tenant, file string, i int, text string, headings ...string) index.Chunk {
+	terms, n := an.TermFreqs(text)
+	return index.Chunk{ID: index.ChunkID(tenant, "s", file, i), Tenant: tenant, StoreID: "s", FileID: file, Index: i,
+		Text: text, Terms: terms, Length: n, HeadingPath: headings}
+}
+
+func sparseIDs(t *testing.T, e *Index, q index.Query) []string {
+	t.Helper()
+	q.Mode = index.ModeSparse
+	hits, err := e.Search(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.Chunk.FileID
+	}
+	return ids
+}
+
+func weighted(text string) index.Query {
+	q := an.Query(text, lexical.QueryOptions{NoSynonyms: true})
+	return index.Query{Tenant: "a", TermWeights: q.Weights, Ordered: q.Ordered, Phrase: q.Words}
+}
+
+// TestBM25FHeadingsCountMore: a chunk under a heading that names the query's subject outranks a chunk that
+// mentions it once in passing; plain BM25 over the text alone ranks the passing mention first (it is shorter).
+func TestBM25FHeadingsCountMore(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	ctx := context.Background()
+	err := e.Upsert(ctx, []index.Chunk{
+		textChunk("a", "passing", 0, "Printers are set up elsewhere; persistence is mentioned here."),
+		textChunk("a", "section", 0, "Make the home directory and the APT cache survive a reboot with an overlay volume on the stick, labelled as described below in the configuration file.",
+			"Live Systems Manual", "Persistence"),
+		textChunk("a", "other", 0, "Nothing relevant at all in this chunk of text about keyboards."),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := weighted("persistence")
+	if ids := sparseIDs(t, e, q); len(ids) != 2 || ids[0] != "section" {
+		t.Fatalf("BM25F ranking = %v, want the Persistence section first", ids)
+	}
+	plain := index.Query{Tenant: "a", Scoring: index.ScoringBM25}
+	plain.Terms, _ = an.TermFreqs("persistence")
+	if ids := sparseIDs(t, e, plain); len(ids) != 1 || ids[0] != "passing" {
+		t.Fatalf("plain BM25 ranking = %v, want only the chunk whose text has the word", ids)
+	}
+	// The heading fields are derived from the stored heading path: a reopened index ranks the same.
+	dir := e.cfg.Dir
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2 := openT(t, Config{Dir: dir})
+	defer e2.Close()
+	if ids := sparseIDs(t, e2, q); len(ids) != 2 || ids[0] != "section" {
+		t.Fatalf("after reopening: %v", ids)
+	}
+	// Deleting the section removes its heading-only postings too.
+	if err := e2.DeleteFile(ctx, "a", "s", "section"); err != nil {
+		t.Fatal(err)
+	}
+	if ids := sparseIDs(t, e2, q); len(ids) != 1 || ids[0] != "passing" {
+		t.Fatalf("after deleting the section: %v", ids)
+	}
+}
+
+// TestProximityBoost: with the same terms, the chunk where they stand together ranks first.
+func TestProximityBoost(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	err := e.Upsert(context.Background(), []index.Chunk{
+		textChunk("a", "apart", 0, "The kernel is configured first. Later, after many unrelated steps and checks, the package is built."),
+		textChunk("a", "together", 0, "Build a kernel package after configuring it. Unrelated steps and checks follow, many later, first."),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := sparseIDs(t, e, weighted("kernel package")); len(ids) != 2 || ids[0] != "together" {
+		t.Fatalf("ranking = %v, want the adjacent terms first", ids)
+	}
+	// Without proximity the shorter chunk ranks first: the boost is what puts "together" ahead.
+	q := weighted("kernel package")
+	hits, err := e.Search(context.Background(), index.Query{Tenant: "a", Mode: index.ModeSparse, TermWeights: q.TermWeights})
+	if err != nil || len(hits) != 2 || hits[0].Chunk.FileID != "apart" {
+		t.Fatalf("without proximity: %+v, %v", hits, err)
+	}
+}
+
+// TestStopWordQueryMatchesAPhrase: a query of stop words only matches chunks holding the phrase.
+func TestStopWordQueryMatchesAPhrase(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	err := e.Upsert(context.Background(), []index.Chunk{
+		textChunk("a", "hamlet", 0, "Hamlet asks: to be, or not to be?"),
+		textChunk("a", "heading", 0, "A chapter about a famous line.", "Plays", "To be or not to be"),
+		textChunk("a", "other", 0, "To be honest, not everyone would be."),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := sparseIDs(t, e, weighted("to be or not to be")); len(ids) != 2 || ids[0] != "heading" || ids[1] != "hamlet" {
+		t.Fatalf("phrase ranking = %v", ids)
+	}
+}
+
+// TestHeadingStatisticsArePerTenant: another tenant's chunks, with or without headings, do not change a
+// tenant's scores.
+func TestHeadingStatisticsArePerTenant(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	ctx := context.Background()
+	mine := []index.Chunk{
+		textChunk("a", "x", 0, "Encrypt the persistence volume with a passphrase.", "Manual", "Encrypted persistence"),
+		textChunk("a", "y", 0, "Persistence keeps files across reboots.", "Manual", "Persistence"),
+	}
+	if err := e.Upsert(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	search := func() []index.Hit {
+		q := weighted("persistence passphrase")
+		q.Mode = index.ModeSparse
+		hits, err := e.Search(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hits
+	}
+	before := search()
+	var theirs []index.Chunk
+	for i := range 50 {
+		theirs = append(theirs, textChunk("b", "z", i, "persistence persistence passphrase, a long text about other things entirely and more", "Persistence passphrase heading that is long"))
+	}
+	if err := e.Upsert(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	after := search()
+	if len(before) != 2 || len(after) != 2 {
+		t.Fatalf("hits %d then %d", len(before), len(after))
+	}
+	for i := range before {
+		if before[i].Chunk.ID != after[i].Chunk.ID || before[i].Score != after[i].Score {
+			t.Fatalf("tenant b changed tenant a's scores: %+v → %+v", before[i], after[i])
+		}
+	}
+}
+
+// TestWeightedFusion: hybrid search with ranking weights; a text weight of 0 is keyword-blind, an embedding
+// weight of 0 is vector-blind.
+func TestWeightedFusion(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	ctx := context.Background()
+	kw := textChunk("a", "keyword", 0, "persistence volume label")
+	kw.Dense = []float32{0, 1}
+	vec := textChunk("a", "vector", 0, "nothing about it")
+	vec.Dense = []float32{1, 0}
+	if err := e.Upsert(ctx, []index.Chunk{kw, vec}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		f     index.Fusion
+		first string
+	}{
+		{index.Fusion{Method: index.FusionWeighted, DenseWeight: 1, SparseWeight: 0}, "vector"},
+		{index.Fusion{Method: index.FusionWeighted, DenseWeight: 0, SparseWeight: 1}, "keyword"},
+		{index.Fusion{Method: index.FusionRRF, DenseWeight: 1, SparseWeight: 0}, "vector"},
+		{index.Fusion{Method: index.FusionRRF, DenseWeight: 1, SparseWeight: 3}, "keyword"},
+	} {
+		q := weighted("persistence")
+		q.Dense, q.Mode, q.Fusion = []float32{1, 0.1}, index.ModeHybrid, c.f
+		hits, err := e.Search(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) == 0 || hits[0].Chunk.FileID != c.first || hits[0].Score > 1 || hits[0].Score <= 0 {
+			t.Fatalf("fusion %+v: %+v, want %s first with a score in (0, 1]", c.f, hits, c.first)
+		}
+	}
+	if _, err := e.Search(ctx, index.Query{Tenant: "a", Dense: []float32{1, 0}, Fusion: index.Fusion{Method: "max"}}); err == nil {
+		t.Fatal("unknown fusion accepted")
+	}
+}
