@@ -220,6 +220,7 @@ func TestBuilds(t *testing.T) {
 			checkSandbox(t, o)
 			checkModels(t, o)
 			checkSealingKeys(t, o)
+			checkScrape(t, o)
 		})
 	}
 }
@@ -289,6 +290,33 @@ func checkSealingKeys(t *testing.T, o *objects) {
 					t.Errorf("%s (target %q): given the private secrets key, which only the workers and batch hold", where, target)
 				}
 			}
+		}
+	}
+}
+
+// checkScrape: every aiforge service's pods are annotated for Prometheus
+// on the port that serves its /metrics (the edge's API port, the others'
+// health listener).
+func checkScrape(t *testing.T, o *objects) {
+	for what, tpl := range podSpecs(o) {
+		if tpl.Labels["aiforge.dev/role"] != "service" {
+			continue
+		}
+		a := tpl.Annotations
+		if a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" {
+			t.Errorf("%s: not annotated for scraping /metrics: %v", what, a)
+			continue
+		}
+		found := false
+		for _, c := range tpl.Spec.Containers {
+			for _, p := range c.Ports {
+				if fmt.Sprint(p.ContainerPort) == a["prometheus.io/port"] && isAiforge(c) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: prometheus.io/port %q is no port of its aiforge container", what, a["prometheus.io/port"])
 		}
 	}
 }
