@@ -59,7 +59,9 @@ func TestBusUnavailableIs503(t *testing.T) {
 		req.Header.Set("Content-Type", ct)
 		return do(req)
 	}
-	get := func(id string) *httptest.ResponseRecorder { return do(httptest.NewRequest("GET", "/v1/files/"+id, nil)) }
+	get := func(id string) *httptest.ResponseRecorder {
+		return do(httptest.NewRequest("GET", "/v1/files/"+id, nil))
+	}
 	code := func(rec *httptest.ResponseRecorder) string {
 		var body struct{ Error struct{ Code string } }
 		_ = json.Unmarshal(rec.Body.Bytes(), &body)
