@@ -168,6 +168,10 @@ sleep 3 # some load after the last restart
 step "stopping the load; waiting for the documents"
 stop_load chaos
 check_phase chaos "$base"
+# Failed requests while a leader was away: they should be only 503s
+# (service_unavailable, retried), never a 500 of the edge.
+summary+="chaos failures: $(go_json "$work/chaos.json" failures)
+"
 
 step "phase 2: rolling restart of every aiforge container under load"
 base=$(usage_requests)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Error types, as OpenAI names them.
@@ -106,7 +107,16 @@ type Error struct {
 	Type    string
 	Param   string
 	Code    string
+	// RetryAfter, when positive, is sent as the Retry-After header, in
+	// whole seconds rounded up: how long the client should wait before it
+	// tries again. A 503 without one gets DefaultRetryAfter (see Write).
+	RetryAfter time.Duration
 }
+
+// DefaultRetryAfter is the Retry-After of a 503 that names none: a 503 is
+// an answer to retry (OpenAI's SDKs retry it; load balancers move on), and
+// the header tells when.
+const DefaultRetryAfter = time.Second
 
 func (e *Error) Error() string {
 	if e.Param != "" {
@@ -171,13 +181,27 @@ func ParseError(status int, body []byte) (*Error, bool) {
 	return e, true
 }
 
-// Write sends e as the response.
+// Write sends e as the response. Its RetryAfter, if any, is the
+// Retry-After header; else a Retry-After the handler set is kept, and a 503
+// without one gets DefaultRetryAfter.
 func Write(w http.ResponseWriter, e *Error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	switch {
+	case e.RetryAfter > 0:
+		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
+	case h.Get("Retry-After") == "" && e.Status == http.StatusServiceUnavailable:
+		h.Set("Retry-After", retryAfterSeconds(DefaultRetryAfter))
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.Body())
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up: Retry-After's
+// delay-seconds.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
 // The catalog. Messages never contain secrets.

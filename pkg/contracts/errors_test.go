@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // decodeBody decodes an error body into generic JSON so that the exact keys
@@ -211,6 +212,35 @@ func TestWrite(t *testing.T) {
 	}
 	if rec.Body.String() != string(e.Body()) {
 		t.Fatalf("body = %s, want %s", rec.Body.String(), e.Body())
+	}
+}
+
+// TestWriteRetryAfter: an error's RetryAfter is the header, rounded up to
+// whole seconds; a 503 without one gets the default, a handler's own
+// header is kept, and other statuses get none.
+func TestWriteRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		e      *Error
+		preset string
+		want   string
+	}{
+		{"503 default", ErrServiceUnavailable("usage", "did not answer"), "", "1"},
+		{"503 own", &Error{Status: 503, Type: TypeServer, Code: CodeServiceUnavailable, Message: "m", RetryAfter: 1500 * time.Millisecond}, "", "2"},
+		{"503 handler's header", ErrShuttingDown(), "7", "7"},
+		{"RetryAfter over the handler's", &Error{Status: 503, Message: "m", RetryAfter: 3 * time.Second}, "7", "3"},
+		{"429 handler's header", ErrOverloaded("m"), "4", "4"},
+		{"500 none", ErrInternal("x"), "", ""},
+		{"429 none", ErrOverloaded("m"), "", ""},
+	} {
+		rec := httptest.NewRecorder()
+		if tc.preset != "" {
+			rec.Header().Set("Retry-After", tc.preset)
+		}
+		Write(rec, tc.e)
+		if got := rec.Header().Get("Retry-After"); got != tc.want || rec.Code != tc.e.Status {
+			t.Errorf("%s: %d Retry-After %q, want %d %q", tc.name, rec.Code, got, tc.e.Status, tc.want)
+		}
 	}
 }
 

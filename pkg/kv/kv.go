@@ -87,7 +87,7 @@ func getRaw(ctx context.Context, b jetstream.KeyValue, key string) (jetstream.Ke
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, where(b, key))
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("kv: get %s: %w (no replica answers direct gets: the bucket was provisioned again as replicated, read through its leader, after this process bound it; restart the process)", where(b, key), err)
+		return nil, fmt.Errorf("kv: get %s: %w (no replica answers direct gets: its replicas are down, or the bucket was provisioned again as replicated, read through its leader, after this process bound it, and the process needs a restart)", where(b, key), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kv: get %s: %w", where(b, key), err)

@@ -157,7 +157,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc { return httpapi.Admin(s.d.AdminKey, h) }
 
-func (s *Service) storeError(w http.ResponseWriter, err error, what string) {
+func (s *Service) storeError(w http.ResponseWriter, r *http.Request, err error, what string) {
 	switch {
 	case errors.Is(err, registry.ErrNotFound):
 		contracts.Write(w, contracts.ErrNotFound(what+" not found."))
@@ -167,7 +167,7 @@ func (s *Service) storeError(w http.ResponseWriter, err error, what string) {
 		contracts.Write(w, contracts.ErrBadRequest("", contracts.CodeInvalidRequest, err.Error()))
 	default:
 		s.log.Error("admin store error", "what", what, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The registry could not be reached."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "registry", "The registry could not be reached."))
 	}
 }
 
@@ -195,7 +195,7 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := s.store.CreateTenantWithAdmission(r.Context(), req.ID, adm)
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+req.ID+"'")
+		s.storeError(w, r, err, "Tenant '"+req.ID+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, t)
@@ -204,7 +204,7 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.ListTenants(r.Context())
 	if err != nil {
-		s.storeError(w, err, "Tenants")
+		s.storeError(w, r, err, "Tenants")
 		return
 	}
 	data := make([]tenantView, 0, len(ts))
@@ -217,7 +217,7 @@ func (s *Service) listTenants(w http.ResponseWriter, r *http.Request) {
 func (s *Service) getTenant(w http.ResponseWriter, r *http.Request) {
 	t, err := s.store.GetTenant(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
+		s.storeError(w, r, err, "Tenant '"+r.PathValue("id")+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, s.viewTenant(r, t))
@@ -286,7 +286,7 @@ func (s *Service) patchKey(w http.ResponseWriter, r *http.Request) {
 	}
 	k, err := s.store.UpdateKeyLimits(r.Context(), r.PathValue("id"), p.apply)
 	if err != nil {
-		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
+		s.storeError(w, r, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
 	if p.Admission != nil {
@@ -313,7 +313,7 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := s.store.UpdateTenantLimits(r.Context(), r.PathValue("id"), p.apply)
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+r.PathValue("id")+"'")
+		s.storeError(w, r, err, "Tenant '"+r.PathValue("id")+"'")
 		return
 	}
 	if p.Admission != nil {
@@ -377,7 +377,7 @@ func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
 	}
 	h, err := s.storePrice(r, p.Model, p)
 	if err != nil {
-		s.storeError(w, err, "Price of '"+p.Model+"'")
+		s.storeError(w, r, err, "Price of '"+p.Model+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, h)
@@ -386,7 +386,7 @@ func (s *Service) setPrice(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listPrices(w http.ResponseWriter, r *http.Request) {
 	hs, err := s.store.ListPrices(r.Context())
 	if err != nil {
-		s.storeError(w, err, "Prices")
+		s.storeError(w, r, err, "Prices")
 		return
 	}
 	if hs == nil {
@@ -422,12 +422,12 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	k, secret, err := s.store.CreateKey(r.Context(), req.Tenant, req.Name, req.Models, req.Limits)
 	if err != nil {
-		s.storeError(w, err, "Key")
+		s.storeError(w, r, err, "Key")
 		return
 	}
 	if req.Admission != nil {
 		if k, err = s.store.SetKeyAdmission(r.Context(), k.ID, req.Admission); err != nil {
-			s.storeError(w, err, "Key")
+			s.storeError(w, r, err, "Key")
 			return
 		}
 	}
@@ -441,7 +441,7 @@ func (s *Service) createKey(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
 	ks, err := s.store.ListKeys(r.Context(), r.URL.Query().Get("tenant"))
 	if err != nil {
-		s.storeError(w, err, "Keys")
+		s.storeError(w, r, err, "Keys")
 		return
 	}
 	data := make([]keyView, 0, len(ks))
@@ -456,7 +456,7 @@ func (s *Service) listKeys(w http.ResponseWriter, r *http.Request) {
 func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
 	k, err := s.store.GetKey(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.storeError(w, err, "Key '"+r.PathValue("id")+"'")
+		s.storeError(w, r, err, "Key '"+r.PathValue("id")+"'")
 		return
 	}
 	v := viewKey(k, "")
@@ -467,7 +467,7 @@ func (s *Service) getKey(w http.ResponseWriter, r *http.Request) {
 func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := s.store.RevokeKey(r.Context(), id); err != nil {
-		s.storeError(w, err, "Key '"+id+"'")
+		s.storeError(w, r, err, "Key '"+id+"'")
 		return
 	}
 	// The watcher does the same on every replica; doing it here too means
@@ -552,18 +552,18 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := s.store.PutModel(r.Context(), m); err != nil {
-		s.storeError(w, err, "Model '"+m.Name+"'")
+		s.storeError(w, r, err, "Model '"+m.Name+"'")
 		return
 	}
 	if req.Price != nil {
 		if _, err := s.storePrice(r, m.Name, *req.Price); err != nil {
-			s.storeError(w, err, "Price of '"+m.Name+"'")
+			s.storeError(w, r, err, "Price of '"+m.Name+"'")
 			return
 		}
 	}
 	stored, err := s.store.GetModel(r.Context(), m.Name)
 	if err != nil {
-		s.storeError(w, err, "Model '"+m.Name+"'")
+		s.storeError(w, r, err, "Model '"+m.Name+"'")
 		return
 	}
 	s.d.Directory.NoteModel(stored)
@@ -574,7 +574,7 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
 	ms, err := s.store.ListModels(r.Context())
 	if err != nil {
-		s.storeError(w, err, "Models")
+		s.storeError(w, r, err, "Models")
 		return
 	}
 	data := make([]modelView, 0, len(ms))
@@ -590,7 +590,7 @@ func (s *Service) listAdminModels(w http.ResponseWriter, r *http.Request) {
 func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
 	m, err := s.store.GetModel(r.Context(), r.PathValue("name"))
 	if err != nil {
-		s.storeError(w, err, "Model '"+r.PathValue("name")+"'")
+		s.storeError(w, r, err, "Model '"+r.PathValue("name")+"'")
 		return
 	}
 	v := viewModel(m)
@@ -602,7 +602,7 @@ func (s *Service) getAdminModel(w http.ResponseWriter, r *http.Request) {
 func (s *Service) deleteModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.store.DeleteModel(r.Context(), name); err != nil {
-		s.storeError(w, err, "Model '"+name+"'")
+		s.storeError(w, r, err, "Model '"+name+"'")
 		return
 	}
 	s.d.Directory.NoteModelDeleted(name)

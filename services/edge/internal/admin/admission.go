@@ -50,7 +50,7 @@ func validAdmission(w http.ResponseWriter, p *registry.AdmissionPolicy) bool {
 func (s *Service) patchTenantAdmission(w http.ResponseWriter, r *http.Request, id string, p *admissionPatch) (registry.Tenant, bool) {
 	t, err := s.store.GetTenant(r.Context(), id)
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+id+"'")
+		s.storeError(w, r, err, "Tenant '"+id+"'")
 		return t, false
 	}
 	next := p.apply(t.Admission)
@@ -62,7 +62,7 @@ func (s *Service) patchTenantAdmission(w http.ResponseWriter, r *http.Request, i
 		return t, false
 	}
 	if t, err = s.store.SetTenantAdmission(r.Context(), id, next); err != nil {
-		s.storeError(w, err, "Tenant '"+id+"'")
+		s.storeError(w, r, err, "Tenant '"+id+"'")
 		return t, false
 	}
 	return t, true
@@ -72,7 +72,7 @@ func (s *Service) patchTenantAdmission(w http.ResponseWriter, r *http.Request, i
 func (s *Service) patchKeyAdmission(w http.ResponseWriter, r *http.Request, id string, p *admissionPatch) (registry.Key, bool) {
 	k, err := s.store.GetKey(r.Context(), id)
 	if err != nil {
-		s.storeError(w, err, "Key '"+id+"'")
+		s.storeError(w, r, err, "Key '"+id+"'")
 		return k, false
 	}
 	next := p.apply(k.Admission)
@@ -83,7 +83,7 @@ func (s *Service) patchKeyAdmission(w http.ResponseWriter, r *http.Request, id s
 		next = nil
 	}
 	if k, err = s.store.SetKeyAdmission(r.Context(), id, next); err != nil {
-		s.storeError(w, err, "Key '"+id+"'")
+		s.storeError(w, r, err, "Key '"+id+"'")
 		return k, false
 	}
 	return k, true

@@ -77,13 +77,13 @@ func (s *Service) queuesReady(w http.ResponseWriter) bool {
 	return true
 }
 
-func (s *Service) configError(w http.ResponseWriter, what string, err error) {
+func (s *Service) configError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	if errors.Is(err, kv.ErrNotFound) {
 		contracts.Write(w, contracts.ErrNotFound(what+" not found."))
 		return
 	}
 	s.log.Error("batch configuration store", "what", what, "err", err)
-	contracts.Write(w, contracts.ErrInternal("The batch configuration could not be read or written."))
+	contracts.Write(w, httpapi.StoreError(r.Context(), err, "batch configuration", "The batch configuration could not be read or written."))
 }
 
 func invalid(param, msg string) *contracts.Error {
@@ -99,7 +99,7 @@ func (s *Service) putConfig(w http.ResponseWriter, r *http.Request, what, key st
 		status = http.StatusCreated
 	}
 	if _, err := kv.Put(r.Context(), s.d.BatchQueues, key, v); err != nil {
-		s.configError(w, what, err)
+		s.configError(w, r, what, err)
 		return
 	}
 	s.log.Info("batch configuration set", "key", key)
@@ -113,7 +113,7 @@ func listConfig[T any](s *Service, prefix string) http.HandlerFunc {
 		}
 		es, err := kv.List[T](r.Context(), s.d.BatchQueues, prefix+">")
 		if err != nil {
-			s.configError(w, strings.TrimSuffix(prefix, "."), err)
+			s.configError(w, r, strings.TrimSuffix(prefix, "."), err)
 			return
 		}
 		data := kv.Values(es)
@@ -139,12 +139,12 @@ func (s *Service) getConfig(what string, keyOf func(string) string, valid func(s
 			err = kv.ErrNotFound
 		}
 		if err != nil {
-			s.configError(w, fmt.Sprintf("%s '%s'", what, name), err)
+			s.configError(w, r, fmt.Sprintf("%s '%s'", what, name), err)
 			return
 		}
 		v, err := decode(e.Value())
 		if err != nil {
-			s.configError(w, what, err)
+			s.configError(w, r, what, err)
 			return
 		}
 		httpapi.WriteJSON(w, http.StatusOK, v)
@@ -162,7 +162,7 @@ func (s *Service) deleteConfig(what, object string, keyOf func(string) string, v
 			return
 		}
 		if err := kv.Delete(r.Context(), s.d.BatchQueues, keyOf(name)); err != nil {
-			s.configError(w, fmt.Sprintf("%s '%s'", what, name), err)
+			s.configError(w, r, fmt.Sprintf("%s '%s'", what, name), err)
 			return
 		}
 		s.log.Info("batch configuration deleted", "key", keyOf(name))
@@ -291,7 +291,7 @@ func (s *Service) putQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := s.store.GetTenant(r.Context(), tenant); err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	s.putConfig(w, r, "Queue", batch.QueueKey(pool, tenant), q)
@@ -303,7 +303,7 @@ func (s *Service) listQueues(w http.ResponseWriter, r *http.Request) {
 	}
 	es, err := kv.List[batch.Queue](r.Context(), s.d.BatchQueues, batch.QueuePrefix+">")
 	if err != nil {
-		s.configError(w, "Queues", err)
+		s.configError(w, r, "Queues", err)
 		return
 	}
 	pool, tenant := r.URL.Query().Get("pool"), r.URL.Query().Get("tenant")
@@ -327,7 +327,7 @@ func (s *Service) getQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	q, _, err := kv.Get[batch.Queue](r.Context(), s.d.BatchQueues, batch.QueueKey(pool, tenant))
 	if err != nil {
-		s.configError(w, fmt.Sprintf("Queue of tenant '%s' in pool '%s'", tenant, pool), err)
+		s.configError(w, r, fmt.Sprintf("Queue of tenant '%s' in pool '%s'", tenant, pool), err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, q)
@@ -343,7 +343,7 @@ func (s *Service) deleteQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := kv.Delete(r.Context(), s.d.BatchQueues, batch.QueueKey(pool, tenant)); err != nil {
-		s.configError(w, fmt.Sprintf("Queue of tenant '%s' in pool '%s'", tenant, pool), err)
+		s.configError(w, r, fmt.Sprintf("Queue of tenant '%s' in pool '%s'", tenant, pool), err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": pool + "/" + tenant, "object": "batch_queue", "deleted": true})

@@ -60,7 +60,7 @@ func (s *Service) putRouter(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	if err := s.store.PutRouter(r.Context(), rt); err != nil {
-		s.storeError(w, err, "Router '"+rt.Name+"'")
+		s.storeError(w, r, err, "Router '"+rt.Name+"'")
 		return
 	}
 	s.d.Directory.NoteRouter(rt)
@@ -70,7 +70,7 @@ func (s *Service) putRouter(w http.ResponseWriter, r *http.Request) {
 func (s *Service) getRouter(w http.ResponseWriter, r *http.Request) {
 	rt, err := s.store.GetRouter(r.Context(), r.PathValue("name"))
 	if err != nil {
-		s.storeError(w, err, "Router '"+r.PathValue("name")+"'")
+		s.storeError(w, r, err, "Router '"+r.PathValue("name")+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rt)
@@ -79,7 +79,7 @@ func (s *Service) getRouter(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listRouters(w http.ResponseWriter, r *http.Request) {
 	rs, err := s.store.ListRouters(r.Context())
 	if err != nil {
-		s.storeError(w, err, "Routers")
+		s.storeError(w, r, err, "Routers")
 		return
 	}
 	if rs == nil {
@@ -91,7 +91,7 @@ func (s *Service) listRouters(w http.ResponseWriter, r *http.Request) {
 func (s *Service) deleteRouter(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := s.store.DeleteRouter(r.Context(), name); err != nil {
-		s.storeError(w, err, "Router '"+name+"'")
+		s.storeError(w, r, err, "Router '"+name+"'")
 		return
 	}
 	s.d.Directory.NoteRouterDeleted(name)
@@ -118,7 +118,7 @@ func (s *Service) purgeCache(w http.ResponseWriter, r *http.Request) {
 	n, err := s.d.Cache.Purge(r.Context(), tenant, model)
 	if err != nil {
 		s.log.Error("semantic cache purge failed", "model", model, "tenant", tenant, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The semantic cache could not be purged."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "semantic cache", "The semantic cache could not be purged."))
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "cache.purge", "model": model, "tenant": tenant, "purged": n})

@@ -132,7 +132,7 @@ func (s *Service) putWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := s.store.GetTenant(r.Context(), tenant); err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	var raw [32]byte
@@ -149,7 +149,7 @@ func (s *Service) putWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := s.store.SetTenantWebhook(r.Context(), tenant, &registry.Webhook{URL: req.URL, Events: evs, SecretSealed: sealedSecret})
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	s.d.Directory.NoteTenant(t)
@@ -163,7 +163,7 @@ func (s *Service) getWebhook(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("id")
 	t, err := s.store.GetTenant(r.Context(), tenant)
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	if t.Webhook == nil {
@@ -177,7 +177,7 @@ func (s *Service) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("id")
 	t, err := s.store.GetTenant(r.Context(), tenant)
 	if err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	if t.Webhook == nil {
@@ -185,7 +185,7 @@ func (s *Service) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t, err = s.store.SetTenantWebhook(r.Context(), tenant, nil); err != nil {
-		s.storeError(w, err, "Tenant '"+tenant+"'")
+		s.storeError(w, r, err, "Tenant '"+tenant+"'")
 		return
 	}
 	s.d.Directory.NoteTenant(t)

@@ -206,7 +206,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, k *registry.Key
 	if idemKey != "" {
 		rec, existing, err := s.claimIdempotency(ctx, k.Tenant, idemKey, batch.Idempotency{BatchID: id, RequestSHA256: req.fingerprint(), CreatedAt: s.d.Now().UTC()})
 		if err != nil {
-			s.internal(w, "claim idempotency key", err)
+			s.internal(w, r, "claim idempotency key", err)
 			return
 		}
 		if existing {
@@ -225,7 +225,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, k *registry.Key
 				return
 			}
 			if !errors.Is(err, kv.ErrNotFound) {
-				s.internal(w, "read batch", err)
+				s.internal(w, r, "read batch", err)
 				return
 			}
 		}
@@ -263,7 +263,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, k *registry.Key
 			}
 		}
 		s.releaseIdempotency(ctx, k.Tenant, idemKey, idem)
-		s.internal(w, "create batch", err)
+		s.internal(w, r, "create batch", err)
 		return
 	}
 	s.log.Info("batch created", "tenant", k.Tenant, "batch_id", id, "input_file_id", file.ID, "lines", file.Lines, "endpoint", rec.Endpoint)
@@ -333,7 +333,7 @@ func (s *Service) inputFile(ctx context.Context, tenant, id string) (*pkgfiles.R
 	}
 	if err != nil {
 		s.log.Error("load batch input file", "tenant", tenant, "file_id", id, "err", err)
-		return nil, contracts.ErrInternal("The file store could not be read.")
+		return nil, httpapi.StoreError(ctx, err, "file store", "The file store could not be read.")
 	}
 	if f.Purpose != pkgfiles.PurposeBatch {
 		return nil, contracts.ErrBadRequest("input_file_id", contracts.CodeInvalidFilePurpose,
@@ -416,7 +416,7 @@ func (s *Service) checkEnqueued(ctx context.Context, tenant string, f *pkgfiles.
 	l, err := s.tenantLimits(ctx, tenant)
 	if err != nil {
 		s.log.Error("read batch queues", "tenant", tenant, "err", err)
-		return contracts.ErrInternal("The batch queue configuration could not be read.")
+		return httpapi.StoreError(ctx, err, "batch configuration", "The batch queue configuration could not be read.")
 	}
 	if l.lines <= 0 && l.tokens <= 0 {
 		return nil
@@ -424,7 +424,7 @@ func (s *Service) checkEnqueued(ctx context.Context, tenant string, f *pkgfiles.
 	lines, tokens, err := s.enqueued(ctx, tenant)
 	if err != nil {
 		s.log.Error("read batches", "tenant", tenant, "err", err)
-		return contracts.ErrInternal("The batch store could not be read.")
+		return httpapi.StoreError(ctx, err, "batch store", "The batch store could not be read.")
 	}
 	newTokens := estimateTokens(f.Bytes)
 	refuse := func(what string, limit, have, add int64) *contracts.Error {
@@ -459,14 +459,14 @@ func group(n int64) string {
 	return b.String()
 }
 
-func (s *Service) internal(w http.ResponseWriter, what string, err error) {
+func (s *Service) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
 	s.log.Error("batch store", "op", what, "err", err)
 	var de *kv.DecodeError
 	if errors.As(err, &de) {
 		contracts.Write(w, contracts.ErrInternal("A stored batch record could not be read."))
 		return
 	}
-	contracts.Write(w, contracts.ErrInternal("The batch store could not be reached."))
+	contracts.Write(w, httpapi.StoreError(r.Context(), err, "batch store", "The batch store could not be reached."))
 }
 
 // validID reports whether id can be a batch id (and a key token).
@@ -491,7 +491,7 @@ func (s *Service) load(w http.ResponseWriter, r *http.Request, k *registry.Key) 
 		return batch.Record{}, false
 	}
 	if err != nil {
-		s.internal(w, "get batch", err)
+		s.internal(w, r, "get batch", err)
 		return batch.Record{}, false
 	}
 	return b, true
@@ -520,7 +520,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request, k *registry.Key) 
 	after := q.Get("after")
 	entries, err := kv.List[batch.Record](r.Context(), s.d.Batches, batch.TenantPrefix(k.Tenant)+">")
 	if err != nil {
-		s.internal(w, "list batches", err)
+		s.internal(w, r, "list batches", err)
 		return
 	}
 	all := make([]batch.Batch, 0, len(entries))
@@ -570,7 +570,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, k *registry.Key
 		return
 	}
 	if err != nil {
-		s.internal(w, "cancel batch", err)
+		s.internal(w, r, "cancel batch", err)
 		return
 	}
 	if refused != "" {

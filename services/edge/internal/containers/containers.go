@@ -114,7 +114,7 @@ func (s *Service) admitRate(ctx context.Context, w http.ResponseWriter, k *regis
 	d, err := spend.Admit(ctx, s.d.Rates, k.ID, spend.RateLimit{RPM: k.RPM}, 0, s.d.Now())
 	if err != nil {
 		s.log.Error("rate limit check failed", "key_id", k.ID, "err", err)
-		return contracts.ErrInternal("The rate limiter could not be reached.")
+		return httpapi.StoreError(ctx, err, "rate limiter", "The rate limiter could not be reached.")
 	}
 	h := w.Header()
 	h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.LimitRequests, 10))

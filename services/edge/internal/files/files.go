@@ -237,7 +237,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request, k *registry
 	if _, err := kv.Create(r.Context(), s.d.KV, fileKVKey(k.Tenant, rec.ID), *rec); err != nil {
 		s.log.Error("record file", "tenant", k.Tenant, "file_id", rec.ID, "err", err)
 		_ = s.d.Objects.Delete(context.WithoutCancel(r.Context()), rec.ObjectKey)
-		contracts.Write(w, contracts.ErrInternal("The file could not be recorded."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "file store", "The file could not be recorded."))
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rec.File)
@@ -256,13 +256,14 @@ func (s *Service) Load(ctx context.Context, tenant, id string) (*Record, error) 
 	return &rec, nil
 }
 
-func (s *Service) fileError(w http.ResponseWriter, id string, err error) {
-	WriteError(w, s.log, id, err)
+func (s *Service) fileError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	WriteError(w, r, s.log, id, err)
 }
 
-// WriteError answers a failure to read or write a record: 404 for a file
-// that does not exist (kv.ErrNotFound), else 500, logged.
-func WriteError(w http.ResponseWriter, log *slog.Logger, id string, err error) {
+// WriteError answers a failure of r to read or write a record: 404 for a
+// file that does not exist (kv.ErrNotFound), 503 while the bus is
+// unavailable for a moment (httpapi.StoreError), else 500; logged.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, id string, err error) {
 	if errors.Is(err, kv.ErrNotFound) {
 		contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
 			Message: fmt.Sprintf("No such File object: %s", id)})
@@ -274,13 +275,13 @@ func WriteError(w http.ResponseWriter, log *slog.Logger, id string, err error) {
 		contracts.Write(w, contracts.ErrInternal("A stored record could not be read."))
 		return
 	}
-	contracts.Write(w, contracts.ErrInternal("The file store could not be reached."))
+	contracts.Write(w, httpapi.StoreError(r.Context(), err, "file store", "The file store could not be reached."))
 }
 
 func (s *Service) getFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
 	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
-		s.fileError(w, r.PathValue("id"), err)
+		s.fileError(w, r, r.PathValue("id"), err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rec.File)
@@ -289,12 +290,12 @@ func (s *Service) getFile(w http.ResponseWriter, r *http.Request, k *registry.Ke
 func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, k *registry.Key) {
 	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
-		s.fileError(w, r.PathValue("id"), err)
+		s.fileError(w, r, r.PathValue("id"), err)
 		return
 	}
 	body, info, err := s.d.Objects.Get(r.Context(), rec.ObjectKey)
 	if err != nil {
-		s.fileError(w, rec.ID, err)
+		s.fileError(w, r, rec.ID, err)
 		return
 	}
 	defer body.Close()
@@ -311,11 +312,11 @@ func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, k *registr
 func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request, k *registry.Key) {
 	rec, err := s.Load(r.Context(), k.Tenant, r.PathValue("id"))
 	if err != nil {
-		s.fileError(w, r.PathValue("id"), err)
+		s.fileError(w, r, r.PathValue("id"), err)
 		return
 	}
 	if err := kv.Delete(r.Context(), s.d.KV, fileKVKey(k.Tenant, rec.ID)); err != nil {
-		s.fileError(w, rec.ID, err)
+		s.fileError(w, r, rec.ID, err)
 		return
 	}
 	if err := s.d.Objects.Delete(r.Context(), rec.ObjectKey); err != nil {
@@ -349,7 +350,7 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, k *registry.
 	// key) rather than leaving a file out of it unnoticed.
 	entries, err := kv.List[Record](r.Context(), s.d.KV, k.Tenant+".>")
 	if err != nil {
-		s.fileError(w, "", err)
+		s.fileError(w, r, "", err)
 		return
 	}
 	var all []File

@@ -14,6 +14,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/spend"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
 // DefaultOutputReserve is the number of output tokens per choice a
@@ -53,7 +54,7 @@ func (s *Service) admitRate(ctx context.Context, w http.ResponseWriter, key *reg
 		d, err := spend.Admit(ctx, s.d.Rates, key.ID, spend.RateLimit{RPM: key.RPM, TPM: key.TPM}, tokens, now)
 		if err != nil {
 			s.log.Error("rate limit check failed", "key_id", key.ID, "err", err)
-			return &refusal{Error: contracts.ErrInternal("The rate limiter could not be reached."), model: p.Model}
+			return &refusal{Error: httpapi.StoreError(ctx, err, "rate limiter", "The rate limiter could not be reached."), model: p.Model}
 		}
 		setRateHeaders(w.Header(), d)
 		if !d.Allowed {
@@ -115,7 +116,7 @@ func (s *Service) reserve(ctx context.Context, key *registry.Key, endpoint strin
 			return a, &refusal{Error: budgetRefusal(be, want, least), model: p.Model}
 		}
 		s.log.Error("budget reservation failed", "key_id", key.ID, "err", err)
-		return a, &refusal{Error: contracts.ErrInternal("The budget store could not be reached."), model: p.Model}
+		return a, &refusal{Error: httpapi.StoreError(ctx, err, "budget store", "The budget store could not be reached."), model: p.Model}
 	}
 	for _, l := range limits {
 		a.reservations = append(a.reservations, events.Reservation{Key: l.Key, NanoUSD: granted})

@@ -16,6 +16,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/telemetry"
 	"github.com/aiforge/aiforge/pkg/tokens"
+	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
 func (s *Service) mapError(ctx context.Context, err error, model string) *contracts.Error {
@@ -54,7 +55,8 @@ func (s *Service) mapError(ctx context.Context, err error, model string) *contra
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return contracts.ErrEngineTimeout("The request was canceled before the engine answered.")
 	}
-	return contracts.ErrInternal("The request failed inside the gateway.")
+	// What is left is the bus between the edge and the workers failing.
+	return httpapi.StoreError(ctx, err, "event bus", "The request failed inside the gateway.")
 }
 
 func orDefault(s, d string) string {

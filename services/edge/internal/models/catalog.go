@@ -40,7 +40,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 var catalogMsg = strings.NewReplacer("catalog: not found: ", "", "catalog: invalid: ", "", "catalog: conflict: ", "")
 
 // catalogError maps the catalog's errors to API answers.
-func (s *Service) catalogError(w http.ResponseWriter, err error, what string) {
+func (s *Service) catalogError(w http.ResponseWriter, ctx context.Context, err error, what string) {
 	msg := httpapi.UpperFirst(catalogMsg.Replace(err.Error()))
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
@@ -51,7 +51,7 @@ func (s *Service) catalogError(w http.ResponseWriter, err error, what string) {
 		contracts.Write(w, contracts.ErrConflict(msg))
 	default:
 		s.log.Error("catalog error", "what", what, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The catalog could not be reached."))
+		contracts.Write(w, httpapi.StoreError(ctx, err, "catalog", "The catalog could not be reached."))
 	}
 }
 
@@ -78,7 +78,7 @@ func viewEntry(e catalog.Entry) catalog.Entry {
 func (s *Service) listCatalog(w http.ResponseWriter, r *http.Request) {
 	es, err := s.d.Catalog.List(r.Context())
 	if err != nil {
-		s.catalogError(w, err, "Catalog")
+		s.catalogError(w, r.Context(), err, "Catalog")
 		return
 	}
 	out := make([]catalog.Entry, len(es))
@@ -92,7 +92,7 @@ func (s *Service) getCatalog(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	e, err := s.d.Catalog.Get(r.Context(), name)
 	if err != nil {
-		s.catalogError(w, err, "Model '"+name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+name+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, viewEntry(e))
@@ -103,11 +103,11 @@ func (s *Service) deleteCatalog(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithoutCancel(r.Context())
 	e, err := s.d.Catalog.Get(ctx, name)
 	if err != nil {
-		s.catalogError(w, err, "Model '"+name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+name+"'")
 		return
 	}
 	if err := s.d.Catalog.Delete(ctx, name); err != nil {
-		s.catalogError(w, err, "Model '"+name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+name+"'")
 		return
 	}
 	// The files go with the entry (best effort: a leftover is only space).
@@ -161,7 +161,7 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		q.Name = q.Repo
 	}
 	if err := catalog.ValidateName(q.Name); err != nil {
-		s.catalogError(w, err, "Model '"+q.Name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+q.Name+"'")
 		return
 	}
 	if q.Kind == "" {
@@ -182,13 +182,13 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.d.Catalog.UpdatePull(r.Context(), ev.PullID, func(p *catalog.Pull) {
 		p.Name, p.Repo, p.Revision, p.RequestedAt = ev.Name, ev.Repo, ev.Revision, ev.RequestedAt
 	}); err != nil {
-		s.catalogError(w, err, "Pull")
+		s.catalogError(w, r.Context(), err, "Pull")
 		return
 	}
 	env := events.Envelope{ID: ev.PullID, Source: s.d.InstanceID}
 	if _, err := events.Publish(r.Context(), s.d.JS, ev, env); err != nil {
 		s.log.Error("publish pull request", "pull_id", ev.PullID, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The pull could not be requested."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "event bus", "The pull could not be requested."))
 		return
 	}
 	s.log.Info("model pull requested", "pull_id", ev.PullID, "model", q.Name, "repo", q.Repo, "revision", q.Revision)
@@ -202,7 +202,7 @@ func (s *Service) getPull(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	p, err := s.d.Catalog.GetPull(r.Context(), id)
 	if err != nil {
-		s.catalogError(w, err, "Pull '"+id+"'")
+		s.catalogError(w, r.Context(), err, "Pull '"+id+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, p)
@@ -238,7 +238,7 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 		if q.Version > 0 {
 			what = fmt.Sprintf("Model '%s' version %d", q.Catalog, q.Version)
 		}
-		s.catalogError(w, err, what)
+		s.catalogError(w, r.Context(), err, what)
 		return
 	}
 	s.log.Info("model deployed", "model", d.Model, "catalog", d.Catalog, "version", d.Version)
@@ -248,7 +248,7 @@ func (s *Service) deploy(w http.ResponseWriter, r *http.Request) {
 func (s *Service) listDeployments(w http.ResponseWriter, r *http.Request) {
 	ds, err := s.d.Catalog.Deployments(r.Context())
 	if err != nil {
-		s.catalogError(w, err, "Deployments")
+		s.catalogError(w, r.Context(), err, "Deployments")
 		return
 	}
 	if ds == nil {
@@ -261,7 +261,7 @@ func (s *Service) getDeployment(w http.ResponseWriter, r *http.Request) {
 	model := r.PathValue("model")
 	d, err := s.d.Catalog.Deployment(r.Context(), model)
 	if err != nil {
-		s.catalogError(w, err, "Deployment of '"+model+"'")
+		s.catalogError(w, r.Context(), err, "Deployment of '"+model+"'")
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, d)
@@ -270,7 +270,7 @@ func (s *Service) getDeployment(w http.ResponseWriter, r *http.Request) {
 func (s *Service) undeploy(w http.ResponseWriter, r *http.Request) {
 	model := r.PathValue("model")
 	if err := s.d.Catalog.Undeploy(r.Context(), model); err != nil {
-		s.catalogError(w, err, "Deployment of '"+model+"'")
+		s.catalogError(w, r.Context(), err, "Deployment of '"+model+"'")
 		return
 	}
 	s.log.Info("model undeployed", "model", model)
@@ -290,7 +290,7 @@ func (s *Service) rollback(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := s.d.Catalog.Rollback(r.Context(), q.Model)
 	if err != nil {
-		s.catalogError(w, err, "Deployment of '"+q.Model+"'")
+		s.catalogError(w, r.Context(), err, "Deployment of '"+q.Model+"'")
 		return
 	}
 	s.log.Info("model rolled back", "model", d.Model, "catalog", d.Catalog, "version", d.Version)

@@ -47,7 +47,7 @@ func (s *Service) getModelFile(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := s.d.Catalog.Get(r.Context(), name)
 	if err != nil {
-		s.catalogError(w, err, "Model '"+name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+name+"'")
 		return
 	}
 	v, ok := e.Find(n)

@@ -252,7 +252,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := catalog.ValidateName(q.Name); err != nil {
-		s.catalogError(w, err, "Model '"+q.Name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+q.Name+"'")
 		return
 	}
 	if q.Kind == "" {
@@ -270,7 +270,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 		Status: catalog.StatusUploading, Source: catalog.Source{Type: events.ModelSourceUpload},
 	})
 	if err != nil {
-		s.catalogError(w, err, "Model '"+q.Name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+q.Name+"'")
 		return
 	}
 	sess := uploadSession{
@@ -313,7 +313,7 @@ func (s *Service) session(w http.ResponseWriter, r *http.Request) (uploadSession
 	}
 	if err != nil {
 		s.log.Error("load upload", "upload_id", id, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The upload session could not be read."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "upload store", "The upload session could not be read."))
 		return sess, false
 	}
 	return sess, true
@@ -607,7 +607,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, catalog.ErrConflict) { // a verdict already recorded is fine
-		s.catalogError(w, err, "Model '"+sess.Name+"'")
+		s.catalogError(w, r.Context(), err, "Model '"+sess.Name+"'")
 		return
 	}
 	ev := events.ModelUploadedV1{
@@ -620,7 +620,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 	env := events.Envelope{ID: fmt.Sprintf("uploaded-%s-v%d-%s", events.Token(sess.Name), sess.Version, sess.ID), Source: s.d.InstanceID}
 	if _, err := events.Publish(ctx, s.d.JS, ev, env); err != nil {
 		s.log.Error("publish model uploaded", "upload_id", sess.ID, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The upload could not be announced to the scanner; complete it again."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "event bus", "The upload could not be announced to the scanner; complete it again."))
 		return
 	}
 	// The session becomes a small receipt, so a repeated complete (a client
@@ -637,7 +637,7 @@ func (s *Service) completeUpload(w http.ResponseWriter, r *http.Request) {
 func (s *Service) answerVersion(w http.ResponseWriter, ctx context.Context, sess uploadSession) {
 	e, err := s.d.Catalog.Get(ctx, sess.Name)
 	if err != nil {
-		s.catalogError(w, err, "Model '"+sess.Name+"'")
+		s.catalogError(w, ctx, err, "Model '"+sess.Name+"'")
 		return
 	}
 	v, ok := e.Find(sess.Version)

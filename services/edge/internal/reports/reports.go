@@ -87,7 +87,7 @@ func (s *Service) correctUsage(w http.ResponseWriter, r *http.Request) {
 	env := events.Envelope{ID: c.CorrectionID, Source: s.d.InstanceID, Tenant: c.Tenant}
 	if _, err := events.Publish(r.Context(), s.d.JS, c, env); err != nil {
 		s.log.Error("publish correction", "correction_id", c.CorrectionID, "err", err)
-		contracts.Write(w, contracts.ErrInternal("The correction could not be recorded."))
+		contracts.Write(w, httpapi.StoreError(r.Context(), err, "usage stream", "The correction could not be recorded."))
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, c)
@@ -201,12 +201,12 @@ func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	stream, err := s.d.JS.Stream(ctx, events.StreamUsage)
 	if err != nil {
-		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		contracts.Write(w, httpapi.StoreError(ctx, err, "usage stream", "The usage stream could not be read."))
 		return
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		contracts.Write(w, httpapi.StoreError(ctx, err, "usage stream", "The usage stream could not be read."))
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -221,7 +221,7 @@ func (s *Service) exportUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		contracts.Write(w, contracts.ErrInternal("The usage stream could not be read."))
+		contracts.Write(w, httpapi.StoreError(ctx, err, "usage stream", "The usage stream could not be read."))
 		return
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)

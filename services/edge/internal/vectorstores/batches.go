@@ -98,7 +98,7 @@ func (s *Service) withCounts(ctx context.Context, tenant string, b FilesBatch) (
 func (s *Service) writeBatch(w http.ResponseWriter, r *http.Request, tenant string, b FilesBatch) {
 	b, err := s.withCounts(r.Context(), tenant, b)
 	if err != nil {
-		s.fileError(w, b.ID, err)
+		s.fileError(w, r, b.ID, err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, b)
@@ -134,7 +134,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registr
 	for _, id := range req.FileIDs {
 		if _, err := s.d.FileAPI.Load(r.Context(), k.Tenant, id); err != nil {
 			if !errors.Is(err, kv.ErrNotFound) {
-				s.fileError(w, id, err)
+				s.fileError(w, r, id, err)
 				return
 			}
 			contracts.Write(w, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_ids", Code: contracts.CodeNotFound,
@@ -144,7 +144,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, k *registr
 	}
 	b := FilesBatch{ID: httpapi.SortableID("vsfb_"), Object: "vector_store.files_batch", CreatedAt: time.Now().Unix(), VectorStoreID: vs.ID, Status: vectorstore.StatusInProgress}
 	if _, err := kv.Create(r.Context(), s.d.StoresKV, batchKey(k.Tenant, vs.ID, b.ID), b); err != nil {
-		s.fileError(w, b.ID, err)
+		s.fileError(w, r, b.ID, err)
 		return
 	}
 	for _, id := range req.FileIDs {
@@ -172,7 +172,7 @@ func (s *Service) loadBatch(w http.ResponseWriter, r *http.Request, k *registry.
 		return b, false
 	}
 	if err != nil {
-		s.fileError(w, id, err)
+		s.fileError(w, r, id, err)
 		return b, false
 	}
 	return b, true
@@ -193,7 +193,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, k *registr
 	}
 	files, err := s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID)
 	if err != nil {
-		s.fileError(w, b.ID, err)
+		s.fileError(w, r, b.ID, err)
 		return
 	}
 	cancelled := 0
@@ -212,7 +212,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, k *registr
 				return nil
 			})
 		if err != nil {
-			s.fileError(w, f.ID, err)
+			s.fileError(w, r, f.ID, err)
 			return
 		}
 		if written {
@@ -225,7 +225,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, k *registr
 	}
 	b.Status = "cancelling"
 	if _, err := kv.Put(r.Context(), s.d.StoresKV, batchKey(k.Tenant, b.VectorStoreID, b.ID), b); err != nil {
-		s.fileError(w, b.ID, err)
+		s.fileError(w, r, b.ID, err)
 		return
 	}
 	s.writeBatch(w, r, k.Tenant, b)
@@ -242,7 +242,7 @@ func (s *Service) listBatchFiles(w http.ResponseWriter, r *http.Request, k *regi
 	}
 	all, err := s.batchFiles(r.Context(), k.Tenant, b.VectorStoreID, b.ID)
 	if err != nil {
-		s.fileError(w, b.ID, err)
+		s.fileError(w, r, b.ID, err)
 		return
 	}
 	filter := r.URL.Query().Get("filter")

@@ -91,7 +91,7 @@ func (s *Service) Search(ctx context.Context, tenant string, storeIDs, queries [
 		}
 		if err != nil {
 			s.log.Error("load vector store", "vector_store_id", id, "err", err)
-			return nil, contracts.ErrInternal("The vector store could not be read.")
+			return nil, httpapi.StoreError(ctx, err, "vector store", "The vector store could not be read.")
 		}
 		stores = append(stores, vs)
 	}

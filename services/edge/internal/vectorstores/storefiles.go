@@ -49,7 +49,7 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 	f, err := s.d.FileAPI.Load(ctx, k.Tenant, fileID)
 	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		s.log.Error("load file", "file_id", fileID, "err", err)
-		return vectorstore.File{}, contracts.ErrInternal("The file store could not be read.")
+		return vectorstore.File{}, httpapi.StoreError(ctx, err, "file store", "The file store could not be read.")
 	}
 	if err != nil {
 		return vectorstore.File{}, &contracts.Error{Status: http.StatusNotFound, Type: contracts.TypeInvalidRequest, Param: "file_id", Code: contracts.CodeNotFound,
@@ -71,7 +71,7 @@ func (s *Service) attachFile(ctx context.Context, k *registry.Key, vs VectorStor
 		Status: vectorstore.StatusInProgress, ChunkingStrategy: strategyOf(ch), Attributes: attrs, Warnings: warnings}, BatchID: batchID, ContentSHA256: f.SHA256}
 	if _, err := kv.Put(ctx, s.d.FilesKV, vectorstore.FileKey(k.Tenant, vs.ID, f.ID), rec); err != nil {
 		s.log.Error("record vector store file", "vector_store_id", vs.ID, "file_id", f.ID, "err", err)
-		return vectorstore.File{}, contracts.ErrInternal("The vector store could not be updated.")
+		return vectorstore.File{}, httpapi.StoreError(ctx, err, "vector store", "The vector store could not be updated.")
 	}
 	ref := events.DocRef{Tenant: k.Tenant, StoreID: vs.ID, FileID: f.ID, Run: events.NewID()[:16]}
 	ev := events.DocIngestRequestedV1{DocRef: ref, ObjectKey: f.ObjectKey,
@@ -141,7 +141,7 @@ func (s *Service) loadStoreFile(w http.ResponseWriter, r *http.Request, k *regis
 		return vs, rec, false
 	}
 	if err != nil {
-		s.fileError(w, id, err)
+		s.fileError(w, r, id, err)
 		return vs, rec, false
 	}
 	return vs, rec, true
@@ -182,7 +182,7 @@ func (s *Service) updateVectorStoreFile(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	if err != nil {
-		s.fileError(w, r.PathValue("file"), err)
+		s.fileError(w, r, r.PathValue("file"), err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rec.File)
@@ -209,7 +209,7 @@ func (s *Service) deleteVectorStoreFile(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	if err := s.removeFile(r.Context(), k.Tenant, vs.ID, rec.ID); err != nil {
-		s.fileError(w, rec.ID, err)
+		s.fileError(w, r, rec.ID, err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": rec.ID, "object": "vector_store.file.deleted", "deleted": true})
@@ -226,7 +226,7 @@ func (s *Service) listVectorStoreFiles(w http.ResponseWriter, r *http.Request, k
 	}
 	all, err := s.storeFiles(r.Context(), k.Tenant, vs.ID)
 	if err != nil {
-		s.fileError(w, "", err)
+		s.fileError(w, r, "", err)
 		return
 	}
 	filter := r.URL.Query().Get("filter")

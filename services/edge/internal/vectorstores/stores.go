@@ -72,8 +72,8 @@ func (s *Service) tenantAPI(h func(http.ResponseWriter, *http.Request, *registry
 	return httpapi.TenantAPI(s.d.Directory, s.d.Storage, h)
 }
 
-func (s *Service) fileError(w http.ResponseWriter, id string, err error) {
-	files.WriteError(w, s.log, id, err)
+func (s *Service) fileError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	files.WriteError(w, r, s.log, id, err)
 }
 
 type FileCounts struct {
@@ -151,7 +151,7 @@ func (s *Service) storeWithCounts(ctx context.Context, tenant string, vs VectorS
 func (s *Service) writeStore(w http.ResponseWriter, r *http.Request, tenant string, vs VectorStore) {
 	vs, err := s.storeWithCounts(r.Context(), tenant, vs)
 	if err != nil {
-		s.fileError(w, vs.ID, err)
+		s.fileError(w, r, vs.ID, err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, vs)
@@ -261,7 +261,7 @@ func (s *Service) createVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		vs.Name = *req.Name
 	}
 	if _, err := kv.Create(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID), vs); err != nil {
-		s.fileError(w, vs.ID, err)
+		s.fileError(w, r, vs.ID, err)
 		return
 	}
 	for _, fid := range req.FileIDs {
@@ -284,7 +284,7 @@ func (s *Service) loadStore(w http.ResponseWriter, r *http.Request, k *registry.
 		if errors.Is(err, kv.ErrNotFound) {
 			httpapi.NotFound(w, "vector store", id)
 		} else {
-			s.fileError(w, id, err)
+			s.fileError(w, r, id, err)
 		}
 		return vs, false
 	}
@@ -334,7 +334,7 @@ func (s *Service) updateVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		return
 	}
 	if err != nil {
-		s.fileError(w, r.PathValue("vs"), err)
+		s.fileError(w, r, r.PathValue("vs"), err)
 		return
 	}
 	s.writeStore(w, r, k.Tenant, vs)
@@ -347,21 +347,21 @@ func (s *Service) deleteVectorStore(w http.ResponseWriter, r *http.Request, k *r
 	}
 	files, err := s.storeFiles(r.Context(), k.Tenant, vs.ID)
 	if err != nil {
-		s.fileError(w, vs.ID, err)
+		s.fileError(w, r, vs.ID, err)
 		return
 	}
 	for _, f := range files {
 		if err := s.removeFile(r.Context(), k.Tenant, vs.ID, f.ID); err != nil {
-			s.fileError(w, vs.ID, err)
+			s.fileError(w, r, vs.ID, err)
 			return
 		}
 	}
 	if err := s.deleteBatches(r.Context(), k.Tenant, vs.ID); err != nil {
-		s.fileError(w, vs.ID, err)
+		s.fileError(w, r, vs.ID, err)
 		return
 	}
 	if err := kv.Delete(r.Context(), s.d.StoresKV, vectorstore.StoreKey(k.Tenant, vs.ID)); err != nil && !errors.Is(err, kv.ErrNotFound) {
-		s.fileError(w, vs.ID, err)
+		s.fileError(w, r, vs.ID, err)
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": vs.ID, "object": "vector_store.deleted", "deleted": true})
@@ -374,7 +374,7 @@ func (s *Service) listVectorStores(w http.ResponseWriter, r *http.Request, k *re
 	}
 	entries, err := kv.List[VectorStore](r.Context(), s.d.StoresKV, k.Tenant+".*")
 	if err != nil {
-		s.fileError(w, "", err)
+		s.fileError(w, r, "", err)
 		return
 	}
 	all := kv.Values(entries)
@@ -382,7 +382,7 @@ func (s *Service) listVectorStores(w http.ResponseWriter, r *http.Request, k *re
 	items, more := httpapi.PageAfter(all, r.URL.Query().Get("after"), func(v VectorStore) string { return v.ID }, limit)
 	for i := range items {
 		if items[i], err = s.storeWithCounts(r.Context(), k.Tenant, items[i]); err != nil {
-			s.fileError(w, items[i].ID, err)
+			s.fileError(w, r, items[i].ID, err)
 			return
 		}
 	}
