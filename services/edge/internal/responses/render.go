@@ -88,24 +88,9 @@ func appendUnique(ps []int, p int) []int {
 	return append(ps, p)
 }
 
-// incompleteReason is the incomplete_details.reason of a response whose
-// answer ended with the chat completion's finish_reason: "length" (the
-// engine stopped at max_tokens, which is max_output_tokens) and
-// "content_filter"; "" for an answer the model finished ("stop",
-// "tool_calls", none).
-func incompleteReason(finish string) string {
-	switch finish {
-	case "length":
-		return "max_output_tokens"
-	case "content_filter":
-		return "content_filter"
-	}
-	return ""
-}
-
 // cut records the answer's finish_reason.
 func (rw *renderer) cut(finish string) {
-	if r := incompleteReason(finish); r != "" {
+	if r := contracts.IncompleteReason(finish); r != "" {
 		rw.incomplete = r
 	}
 }
