@@ -17,7 +17,9 @@ import (
 // plain and streamed, through the official SDK: the search call with its
 // results, the answer, and file_citation annotations.
 func TestResponsesWithFileSearch(t *testing.T) {
-	engine, base := sim(t, enginesim.Config{Models: []string{"up"}})
+	// The answer ends by itself after 12 tokens, under max_output_tokens:
+	// a finished answer, "completed".
+	engine, base := sim(t, enginesim.Config{Models: []string{"up"}, AnswerTokens: 12})
 	s := startStack(t, stackOpts{})
 	key, _ := s.tenantKey("acme")
 	s.register("chat", base, "up")
@@ -40,7 +42,7 @@ func TestResponsesWithFileSearch(t *testing.T) {
 	params := responses.ResponseNewParams{
 		Model:           "chat",
 		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("How do I connect my phone?")},
-		MaxOutputTokens: openai.Int(12),
+		MaxOutputTokens: openai.Int(32),
 		Tools:           []responses.ToolUnionParam{{OfFileSearch: &responses.FileSearchToolParam{VectorStoreIDs: []string{vs.ID}}}},
 		Include:         []responses.ResponseIncludable{responses.ResponseIncludableFileSearchCallResults},
 	}
@@ -48,7 +50,7 @@ func TestResponsesWithFileSearch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Status != responses.ResponseStatusCompleted || len(resp.Output) != 2 {
+	if resp.Status != responses.ResponseStatusCompleted || resp.IncompleteDetails.Reason != "" || len(resp.Output) != 2 {
 		t.Fatalf("response = %s", resp.RawJSON())
 	}
 	call := resp.Output[0].AsFileSearchCall()
@@ -56,6 +58,9 @@ func TestResponsesWithFileSearch(t *testing.T) {
 		t.Fatalf("file search call = %s", resp.Output[0].RawJSON())
 	}
 	msg := resp.Output[1].AsMessage()
+	if msg.Status != responses.ResponseOutputMessageStatusCompleted {
+		t.Fatalf("message = %s", msg.RawJSON())
+	}
 	text := msg.Content[0].Text
 	if text == "" || resp.OutputText() != text || resp.Usage.OutputTokens != 12 {
 		t.Fatalf("answer %q, usage %+v", text, resp.Usage)

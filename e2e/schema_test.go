@@ -291,7 +291,9 @@ func idOf(t *testing.T, b []byte) string {
 // OpenAI's published schemas.
 func TestSchemaEveryObject(t *testing.T) {
 	spec := loadSpec(t)
-	engine, base := sim(t, enginesim.Config{Models: []string{"up", "emb"}})
+	// Answers end by themselves after 6 tokens: a max of 8 is a finished
+	// answer, a max of 4 cuts it (an incomplete response).
+	engine, base := sim(t, enginesim.Config{Models: []string{"up", "emb"}, AnswerTokens: 6})
 	since := time.Now().Add(-time.Minute).Unix()
 	s := startStack(t, stackOpts{})
 	key, _ := s.tenantKey("acme")
@@ -364,10 +366,12 @@ func TestSchemaEveryObject(t *testing.T) {
 	// Responses, plain and streamed, with and without file search.
 	plain := c.check("Response", 200, "POST", "/v1/responses", `{"model":"chat","input":"hello","max_output_tokens":8}`)
 	checkResponseFields(t, plain)
+	checkEnding(t, plain, "completed", "")
 	searched := c.check("Response", 200, "POST", "/v1/responses", fmt.Sprintf(`{"model":"chat","input":"How do I connect my phone?","max_output_tokens":8,"tools":[{"type":"file_search","vector_store_ids":[%q]}],"include":["file_search_call.results"]}`, vs))
 	checkResponseFields(t, searched)
 	types, completed := c.responseStream(`{"model":"chat","input":"hello","max_output_tokens":8,"stream":true}`)
 	checkResponseFields(t, completed)
+	checkEnding(t, completed, "completed", "")
 	more, completed := c.responseStream(fmt.Sprintf(`{"model":"chat","input":"How do I connect my phone?","max_output_tokens":8,"stream":true,"temperature":0.5,"tools":[{"type":"file_search","vector_store_ids":[%q]}]}`, vs))
 	checkResponseFields(t, completed)
 	for k, n := range more {
@@ -388,6 +392,25 @@ func TestSchemaEveryObject(t *testing.T) {
 		t.Errorf("temperature not echoed: %s", clip(completed))
 	}
 
+	// Cut at max_output_tokens: the response is incomplete (plain and
+	// streamed, the stream ending with response.incomplete), stored with
+	// its status.
+	cut := c.check("Response", 200, "POST", "/v1/responses", `{"model":"chat","input":"hello","max_output_tokens":4}`)
+	checkResponseFields(t, cut)
+	checkEnding(t, cut, "incomplete", "max_output_tokens")
+	if got := c.check("Response", 200, "GET", "/v1/responses/"+idOf(t, cut), ""); !jsonEqual(t, cut, got) {
+		t.Errorf("stored incomplete response differs from the answered one:\nanswered %s\nstored   %s", clip(cut), clip(got))
+	}
+	cutTypes, cutStream := c.responseStream(`{"model":"chat","input":"hello","max_output_tokens":4,"stream":true}`)
+	if cutTypes["response.incomplete"] != 1 || cutTypes["response.completed"] != 0 {
+		t.Errorf("a cut stream sent %v, want response.incomplete and no response.completed", cutTypes)
+	}
+	checkResponseFields(t, cutStream)
+	checkEnding(t, cutStream, "incomplete", "max_output_tokens")
+	if got := c.check("Response", 200, "GET", "/v1/responses/"+idOf(t, cutStream), ""); !jsonEqual(t, cutStream, got) {
+		t.Errorf("stored incomplete stream differs from response.incomplete's:\nstreamed %s\nstored   %s", clip(cutStream), clip(got))
+	}
+
 	// A stream the engine breaks after its first token: the response
 	// failed, then the error event.
 	engine.SetFailure(enginesim.Failure{Mode: enginesim.FailAfterFirstToken, Count: 1})
@@ -404,6 +427,17 @@ func TestSchemaEveryObject(t *testing.T) {
 	}
 	if err := json.Unmarshal(final, &fr); err != nil || fr.Status != "failed" || fr.Error == nil || fr.Error.Code != "server_error" {
 		t.Errorf("failed response = %s", clip(final))
+	}
+	// Stored failed, as OpenAI keeps failed responses; a chain onto it is
+	// answered (the reference puts no condition on the previous
+	// response's status): the model reads its input.
+	if got := c.check("Response", 200, "GET", "/v1/responses/"+idOf(t, final), ""); !jsonEqual(t, final, got) {
+		t.Errorf("stored failed response differs from response.failed's:\nstreamed %s\nstored   %s", clip(final), clip(got))
+	}
+	ontoFailed := c.check("Response", 200, "POST", "/v1/responses", fmt.Sprintf(`{"model":"chat","input":"Try again.","previous_response_id":%q,"max_output_tokens":8}`, idOf(t, final)))
+	checkEnding(t, ontoFailed, "completed", "")
+	if body := string(engine.LastBody()); !strings.Contains(body, `"hello"`) || !strings.Contains(body, "Try again.") {
+		t.Errorf("the chain onto the failed response sent the model %s", clip([]byte(body)))
 	}
 
 	schemaStoredResponses(t, c, empty)
@@ -474,6 +508,37 @@ func checkResponseFields(t *testing.T, body []byte) {
 	// Required but nullable: present, null allowed.
 	if r.JSON.Temperature.Raw() == respjson.Omitted || r.JSON.TopP.Raw() == respjson.Omitted {
 		t.Errorf("temperature/top_p missing: %s", clip(body))
+	}
+}
+
+// checkEnding checks how a response ended, as the openai-go SDK reads it:
+// its status, incomplete_details (null unless incomplete, then with the
+// reason) and the status of its message item (incomplete when the
+// response is).
+func checkEnding(t *testing.T, body []byte, status, reason string) {
+	t.Helper()
+	var r responses.Response
+	if err := r.UnmarshalJSON(body); err != nil {
+		t.Fatalf("openai-go cannot read the response: %v", err)
+	}
+	if string(r.Status) != status || r.IncompleteDetails.Reason != reason || (reason == "") != (r.JSON.IncompleteDetails.Raw() == "null") {
+		t.Errorf("response status %q, incomplete_details %s; want %q, reason %q", r.Status, r.IncompleteDetails.RawJSON(), status, reason)
+	}
+	item := "completed"
+	if status == "incomplete" {
+		item = "incomplete"
+	}
+	n := 0
+	for _, o := range r.Output {
+		if o.Type == "message" {
+			n++
+			if string(o.AsMessage().Status) != item || o.AsMessage().Content[0].Text == "" {
+				t.Errorf("message item %s, want status %s and text", o.RawJSON(), item)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d message items in %s", n, clip(body))
 	}
 }
 

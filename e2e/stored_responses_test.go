@@ -33,9 +33,13 @@ func apiStatus(err error) (int, string, string) {
 // TestResponsesStoredAndChained: the official SDK, unchanged, reads a
 // stored response, its input items and deletes it; previous_response_id
 // sends the earlier turns to the model and bills them as input; another
-// tenant sees none of it; store false keeps nothing.
+// tenant sees none of it; store false keeps nothing. A response cut at
+// max_output_tokens is stored incomplete and a chain onto it reads its
+// partial answer.
 func TestResponsesStoredAndChained(t *testing.T) {
-	engine, base := sim(t, enginesim.Config{Models: []string{"up"}})
+	// Answers end by themselves after 5 tokens: a max of 6 is a finished
+	// answer, 4 cuts it.
+	engine, base := sim(t, enginesim.Config{Models: []string{"up"}, AnswerTokens: 5})
 	s := startStack(t, stackOpts{})
 	keyA, _ := s.tenantKey("acme")
 	keyB, _ := s.tenantKey("bravo")
@@ -84,19 +88,30 @@ func TestResponsesStoredAndChained(t *testing.T) {
 	if r2.PreviousResponseID != r1.ID || r2.Usage.InputTokens <= r1.Usage.InputTokens+r1.Usage.OutputTokens {
 		t.Fatalf("turn two: previous %q, input tokens %d after %d+%d", r2.PreviousResponseID, r2.Usage.InputTokens, r1.Usage.InputTokens, r1.Usage.OutputTokens)
 	}
+	if r1.Status != responses.ResponseStatusCompleted || r2.Status != responses.ResponseStatusCompleted || r2.IncompleteDetails.Reason != "" {
+		t.Fatalf("finished answers: %s, %s", r1.Status, r2.RawJSON())
+	}
 	// Turn three, streamed, chains onto two: all three turns reach the
-	// model.
+	// model. Its answer is cut at max_output_tokens: the stream ends with
+	// response.incomplete.
 	stream := a.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "chat", MaxOutputTokens: openai.Int(4), PreviousResponseID: openai.String(r2.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("And where do I live?")}})
 	var r3 *responses.Response
 	for stream.Next() {
-		if ev := stream.Current(); ev.Type == "response.completed" {
+		switch ev := stream.Current(); ev.Type {
+		case "response.incomplete":
 			r := ev.Response
 			r3 = &r
+		case "response.completed":
+			t.Fatalf("a cut stream completed: %s", ev.RawJSON())
 		}
 	}
 	if err := stream.Err(); err != nil || r3 == nil {
-		t.Fatalf("stream: %v, completed %v", err, r3 != nil)
+		t.Fatalf("stream: %v, incomplete %v", err, r3 != nil)
+	}
+	if r3.Status != responses.ResponseStatusIncomplete || r3.IncompleteDetails.Reason != "max_output_tokens" || r3.OutputText() == "" ||
+		r3.Output[0].AsMessage().Status != responses.ResponseOutputMessageStatusIncomplete || r3.Usage.OutputTokens != 4 {
+		t.Fatalf("cut stream's response %s", r3.RawJSON())
 	}
 	body = string(engine.LastBody())
 	for _, want := range []string{"Zebulon", r1.OutputText(), "What is my name?", r2.OutputText(), "And where do I live?"} {
@@ -107,8 +122,18 @@ func TestResponsesStoredAndChained(t *testing.T) {
 	if r3.Usage.InputTokens <= r2.Usage.InputTokens {
 		t.Fatalf("turn three billed %d input tokens after %d", r3.Usage.InputTokens, r2.Usage.InputTokens)
 	}
-	if g3, err := a.Responses.Get(ctx, r3.ID, responses.ResponseGetParams{}); err != nil || g3.PreviousResponseID != r2.ID || g3.OutputText() != r3.OutputText() {
+	if g3, err := a.Responses.Get(ctx, r3.ID, responses.ResponseGetParams{}); err != nil || g3.PreviousResponseID != r2.ID || g3.OutputText() != r3.OutputText() ||
+		g3.Status != responses.ResponseStatusIncomplete || g3.IncompleteDetails.Reason != "max_output_tokens" {
 		t.Fatalf("streamed response stored: %v %+v", err, g3)
+	}
+	// A chain onto the incomplete turn sends its partial answer.
+	r4, err := a.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", MaxOutputTokens: openai.Int(6), PreviousResponseID: openai.String(r3.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Go on.")}})
+	if err != nil || r4.Status != responses.ResponseStatusCompleted {
+		t.Fatalf("chain onto an incomplete response: %v %+v", err, r4)
+	}
+	if body := string(engine.LastBody()); !strings.Contains(body, jsonText(r3.OutputText())) || !strings.Contains(body, "Go on.") {
+		t.Fatalf("the chain onto the incomplete turn lacks its partial answer %q: %s", r3.OutputText(), body)
 	}
 	t.Logf("input tokens billed per turn: %d, %d, %d", r1.Usage.InputTokens, r2.Usage.InputTokens, r3.Usage.InputTokens)
 
@@ -129,12 +154,12 @@ func TestResponsesStoredAndChained(t *testing.T) {
 	}
 
 	// store false: answered, never kept.
-	r4, err := a.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", MaxOutputTokens: openai.Int(2), Store: openai.Bool(false),
+	unstored, err := a.Responses.New(ctx, responses.ResponseNewParams{Model: "chat", MaxOutputTokens: openai.Int(2), Store: openai.Bool(false),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("forget me")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Responses.Get(ctx, r4.ID, responses.ResponseGetParams{}); func() bool { st, _, _ := apiStatus(err); return st != http.StatusNotFound }() {
+	if _, err := a.Responses.Get(ctx, unstored.ID, responses.ResponseGetParams{}); func() bool { st, _, _ := apiStatus(err); return st != http.StatusNotFound }() {
 		t.Fatalf("a store false response was kept: %v", err)
 	}
 
@@ -246,6 +271,12 @@ func TestPromptVersionsABAndRollback(t *testing.T) {
 	if r.Prompt.ID != id || r.Prompt.Version != "1" {
 		t.Fatalf("production: prompt %s", r.Prompt.RawJSON())
 	}
+	// max_output_tokens 1 cuts every answer (the simulator always generates
+	// the max): incomplete, and billed as generated (usage events "ok" with
+	// its one completion token, below).
+	if r.Status != responses.ResponseStatusIncomplete || r.IncompleteDetails.Reason != "max_output_tokens" || r.Usage.OutputTokens != 1 {
+		t.Fatalf("a cut answer: %s", r.RawJSON())
+	}
 	body := string(engine.LastBody())
 	for _, want := range []string{"You are the support agent of Initech.", "Customer Milton asks:", "Where is my stapler?"} {
 		if !strings.Contains(body, want) {
@@ -346,7 +377,7 @@ func TestPromptVersionsABAndRollback(t *testing.T) {
 				return false
 			}
 			var ev events.UsageRecordedV5
-			if json.Unmarshal(m.Data(), &ev) != nil || ev.Validate() != nil || ev.PromptID != id {
+			if json.Unmarshal(m.Data(), &ev) != nil || ev.Validate() != nil || ev.PromptID != id || ev.Status != events.UsageStatusOK || ev.CompletionTokens != 1 {
 				t.Fatalf("usage v5 %s", m.Data())
 			}
 			byVersion[ev.PromptVersion]++

@@ -137,6 +137,21 @@ func ResponsesInput(raw json.RawMessage) ([]ChatMessage, error) {
 	return out, nil
 }
 
+// IncompleteReason is the Responses API's incomplete_details.reason of an
+// answer that ended with the chat completion's finish_reason: "length"
+// (the engine stopped at max_tokens, which is max_output_tokens) is
+// "max_output_tokens", "content_filter" is "content_filter"; an answer the
+// model finished ("stop", "tool_calls", none) is "", a completed response.
+func IncompleteReason(finishReason string) string {
+	switch finishReason {
+	case "length":
+		return "max_output_tokens"
+	case "content_filter":
+		return "content_filter"
+	}
+	return ""
+}
+
 // ChatToResponse builds the Responses API response object (id, created_at
 // and model as given; the id starts with "resp_") from a chat completion
 // answer body. temperature and top_p, which the object requires, are null:
@@ -164,9 +179,9 @@ func ChatToResponse(id string, created int64, model string, chatAnswer []byte) (
 	var incomplete any
 	if len(cc.Choices) > 0 {
 		text = cc.Choices[0].Message.Content
-		if cc.Choices[0].FinishReason == "length" {
+		if r := IncompleteReason(cc.Choices[0].FinishReason); r != "" {
 			status = "incomplete"
-			incomplete = map[string]string{"reason": "max_output_tokens"}
+			incomplete = map[string]string{"reason": r}
 		}
 	}
 	var prompt, completion, cached int64

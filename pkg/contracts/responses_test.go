@@ -122,6 +122,16 @@ func TestChatToResponse(t *testing.T) {
 	if err := json.Unmarshal(body, &inc); err != nil || inc.Status != "incomplete" || inc.IncompleteDetails["reason"] != "max_output_tokens" {
 		t.Fatalf("length answer: %s %v", body, err)
 	}
+	body, err = contracts.ChatToResponse("resp_x", 1, "m", []byte(`{"choices":[{"message":{"content":"cut"},"finish_reason":"content_filter"}]}`))
+	inc.IncompleteDetails = nil
+	if err != nil || json.Unmarshal(body, &inc) != nil || inc.Status != "incomplete" || inc.IncompleteDetails["reason"] != "content_filter" {
+		t.Fatalf("content_filter answer: %s %v", body, err)
+	}
+	for finish, want := range map[string]string{"length": "max_output_tokens", "content_filter": "content_filter", "stop": "", "tool_calls": "", "": ""} {
+		if got := contracts.IncompleteReason(finish); got != want {
+			t.Errorf("IncompleteReason(%q) = %q, want %q", finish, got, want)
+		}
+	}
 	if _, err := contracts.ChatToResponse("resp_x", 1, "m", []byte(`not json`)); err == nil {
 		t.Fatal("a non-JSON answer was translated")
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -174,10 +175,22 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 		t.Fatalf("%d containers", n)
 	}
 
+	// An answer cut at max_output_tokens (the simulator answers 6 tokens
+	// by itself; 4 cut it) after the code ran: the response is
+	// incomplete, the code call completed, the message incomplete.
+	before := sim.requests.Load()
+	r = h.do("POST", "/v1/responses", secret, map[string]any{"model": "chat", "input": codePrompt, "tools": codeTool(cid), "max_output_tokens": 4}, nil)
+	cut := r.json(t)
+	out, _ := cut["output"].([]any)
+	if r.status != http.StatusOK || cut["status"] != "incomplete" || !reflect.DeepEqual(cut["incomplete_details"], map[string]any{"reason": "max_output_tokens"}) ||
+		len(out) != 2 || out[0].(map[string]any)["status"] != "completed" || out[1].(map[string]any)["status"] != "incomplete" || sim.requests.Load() != before+2 {
+		t.Fatalf("cut: %d %s", r.status, r.body)
+	}
+
 	// Another tenant's container, or one that does not exist, is refused
 	// before the model runs.
 	other, _ := h.tenantKey("beta")
-	before := sim.requests.Load()
+	before = sim.requests.Load()
 	e := apiError(t, h.do("POST", "/v1/responses", other, map[string]any{"model": "chat", "input": codePrompt, "tools": codeTool(cid)}, nil), 404, sandbox.CodeContainerNotFound)
 	if e["param"] != "tools[0].container" {
 		t.Fatalf("param %v", e["param"])

@@ -127,6 +127,7 @@ type completion struct {
 			Content   *string    `json:"content"`
 			ToolCalls []toolCall `json:"tool_calls"`
 		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *chatUsage `json:"usage"`
 }
@@ -276,8 +277,12 @@ func (s *Service) runCode(w http.ResponseWriter, r *http.Request, base inference
 		}
 		if len(cc.Choices) > 0 {
 			msg.Content, msg.ToolCalls = cc.Choices[0].Message.Content, cc.Choices[0].Message.ToolCalls
+			rw.cut(cc.Choices[0].FinishReason)
 		}
-		if len(msg.ToolCalls) == 0 || round == MaxCodeRounds {
+		// A round cut at max_output_tokens (or by a content filter) ends
+		// the response incomplete with the text it has: its tool calls,
+		// if any, may be cut too and are not run.
+		if len(msg.ToolCalls) == 0 || round == MaxCodeRounds || rw.incomplete != "" {
 			text := ""
 			if msg.Content != nil {
 				text = *msg.Content
@@ -500,8 +505,8 @@ func (l *codeLoop) finish(text string) {
 			output = append(output, l.rw.fileSearchCall("completed"))
 		}
 		output = append(output, l.items...)
-		output = append(output, l.rw.message(text, "completed"))
-		l.rw.final(l.w, l.rw.response("completed", output, usage.asMap()))
+		output = append(output, l.rw.message(text, l.rw.itemStatus()))
+		l.rw.final(l.w, l.rw.finished(output, usage.asMap()))
 		return
 	}
 	l.open()

@@ -31,6 +31,10 @@ type renderer struct {
 	// applied); the response object requires both.
 	temperature, topP *float64
 
+	// incomplete is why the answer was cut (incomplete_details.reason:
+	// "max_output_tokens", "content_filter"), "" when the model finished it.
+	incomplete string
+
 	// Stream state.
 	seq    int
 	idx    int
@@ -84,6 +88,33 @@ func appendUnique(ps []int, p int) []int {
 	return append(ps, p)
 }
 
+// cut records the answer's finish_reason.
+func (rw *renderer) cut(finish string) {
+	if r := contracts.IncompleteReason(finish); r != "" {
+		rw.incomplete = r
+	}
+}
+
+// itemStatus is the status of the answer's message item: "incomplete"
+// when the answer was cut, as OpenAI's.
+func (rw *renderer) itemStatus() string {
+	if rw.incomplete != "" {
+		return "incomplete"
+	}
+	return "completed"
+}
+
+// finished is the response at its end: "completed", or "incomplete" with
+// its incomplete_details when the answer was cut.
+func (rw *renderer) finished(output []map[string]any, usage map[string]any) map[string]any {
+	if rw.incomplete == "" {
+		return rw.response("completed", output, usage)
+	}
+	resp := rw.response("incomplete", output, usage)
+	resp["incomplete_details"] = map[string]any{"reason": rw.incomplete}
+	return resp
+}
+
 func (rw *renderer) message(text, status string) map[string]any {
 	return map[string]any{"type": "message", "id": "msg_" + rw.id[5:], "status": status, "role": "assistant",
 		"content": []map[string]any{{"type": "output_text", "text": text, "annotations": rw.citations(len(text)), "logprobs": []any{}}}}
@@ -103,8 +134,8 @@ func (rw *renderer) response(status string, output []map[string]any, usage map[s
 	return resp
 }
 
-// final answers a finished response (not streamed), stored first when
-// asked.
+// final answers a finished response (not streamed), completed or
+// incomplete, stored first when asked.
 func (rw *renderer) final(w http.ResponseWriter, resp map[string]any) {
 	if e := rw.stored(resp); e != nil {
 		contracts.Write(w, e)
@@ -158,6 +189,7 @@ func (rw *renderer) Chunk(w http.ResponseWriter, p []byte, first bool) error {
 			Delta struct {
 				Content string `json:"content"`
 			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *chatUsage `json:"usage"`
 	}
@@ -168,6 +200,9 @@ func (rw *renderer) Chunk(w http.ResponseWriter, p []byte, first bool) error {
 		rw.usage = chunk.Usage
 	}
 	for _, c := range chunk.Choices {
+		if c.FinishReason != nil {
+			rw.cut(*c.FinishReason)
+		}
 		if c.Delta.Content != "" {
 			rw.text.WriteString(c.Delta.Content)
 			rw.emitNoFlush(w, "response.output_text.delta", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "delta": c.Delta.Content, "logprobs": []any{}})
@@ -206,20 +241,23 @@ func (rw *renderer) openMessage(w http.ResponseWriter) {
 	rw.emit(w, "response.content_part.added", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}, "logprobs": []any{}}})
 }
 
-// Done closes the stream with the finished message and response.
+// Done closes the stream with the finished message and response: the
+// message "completed" and response.completed, or, when the answer was cut
+// (max_output_tokens, content filter), the message "incomplete" and
+// response.incomplete, as OpenAI's.
 func (rw *renderer) Done(w http.ResponseWriter) {
 	final := rw.text.String()
 	rw.emit(w, "response.output_text.done", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "text": final, "logprobs": []any{}})
-	msg := rw.message(final, "completed")
+	msg := rw.message(final, rw.itemStatus())
 	rw.emit(w, "response.content_part.done", map[string]any{"output_index": rw.idx, "item_id": rw.msgID(), "content_index": 0, "part": msg["content"].([]map[string]any)[0]})
 	rw.emit(w, "response.output_item.done", map[string]any{"output_index": rw.idx, "item": msg})
 	rw.output = append(rw.output, msg)
-	resp := rw.response("completed", rw.output, rw.usage.asMap())
+	resp := rw.finished(rw.output, rw.usage.asMap())
 	if e := rw.stored(resp); e != nil {
-		rw.Fail(w, e, nil, true)
+		rw.fail(w, e, false)
 		return
 	}
-	rw.emit(w, "response.completed", map[string]any{"response": resp})
+	rw.emit(w, "response."+resp["status"].(string), map[string]any{"response": resp})
 }
 
 // Complete renders a chat completion as a response; an engine's error
@@ -239,6 +277,7 @@ func (rw *renderer) Complete(w http.ResponseWriter, status int, _ string, body [
 			Message struct {
 				Content string `json:"content"`
 			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *chatUsage `json:"usage"`
 	}
@@ -246,23 +285,34 @@ func (rw *renderer) Complete(w http.ResponseWriter, status int, _ string, body [
 	text := ""
 	if len(cc.Choices) > 0 {
 		text = cc.Choices[0].Message.Content
+		rw.cut(cc.Choices[0].FinishReason)
 	}
 	var output []map[string]any
 	if rw.searched {
 		output = append(output, rw.fileSearchCall("completed"))
 	}
-	output = append(output, rw.message(text, "completed"))
-	rw.final(w, rw.response("completed", output, cc.Usage.asMap()))
+	output = append(output, rw.message(text, rw.itemStatus()))
+	rw.final(w, rw.finished(output, cc.Usage.asMap()))
 }
 
 // Fail ends a started stream with the response failed (status "failed",
 // its error in the codes of OpenAI's ResponseErrorCode) and then an error
 // event with aiforge's own code; an unstarted one is answered the error.
+// A failed response is stored when asked, as OpenAI's are: its id was
+// sent in response.created.
 func (rw *renderer) Fail(w http.ResponseWriter, apiErr *contracts.Error, err error, started bool) {
 	if !started {
 		inference.WriteError(w, apiErr, err)
 		return
 	}
+	rw.fail(w, apiErr, true)
+}
+
+// fail sends response.failed and the error event, storing the failed
+// response first when store is set (not when it is storing that failed).
+// A failed response that cannot be stored is answered all the same: the
+// error the client reads is the generation's.
+func (rw *renderer) fail(w http.ResponseWriter, apiErr *contracts.Error, store bool) {
 	var usage map[string]any
 	if rw.usage != nil {
 		usage = rw.usage.asMap()
@@ -273,6 +323,9 @@ func (rw *renderer) Fail(w http.ResponseWriter, apiErr *contracts.Error, err err
 	}
 	resp := rw.response("failed", output, usage)
 	resp["error"] = map[string]any{"code": responseErrorCode(apiErr.Status), "message": apiErr.Message}
+	if store {
+		_ = rw.stored(resp)
+	}
 	rw.emit(w, "response.failed", map[string]any{"response": resp})
 	rw.emit(w, "error", map[string]any{"code": apiErr.Code, "message": apiErr.Message, "param": nil})
 }

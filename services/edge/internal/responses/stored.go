@@ -49,6 +49,9 @@ func (s *Service) prepare(ctx context.Context, tenant string, req *responsesRequ
 		if !ok {
 			return nil, contracts.ErrPreviousResponseNotFound(httpapi.Bounded(t.previous, 80))
 		}
+		// Whatever the previous response's status: OpenAI's reference puts
+		// no condition on it. An incomplete one adds its partial answer, a
+		// failed one its input and the output items it finished.
 		t.prior = rec.conversation()
 	}
 	if req.Prompt != nil {
@@ -116,7 +119,10 @@ func (t *turn) attributes() []attribute.KeyValue {
 	return a
 }
 
-// keeper stores the finished response of t (nil when it is not stored).
+// keeper stores the response of t at its end (nil when it is not stored):
+// completed, incomplete (cut at max_output_tokens or by a content filter,
+// with its partial output, which a chain onto it sends the model) or, for
+// a stream, failed, as OpenAI stores them all.
 func (s *Service) keeper(tenant, id string, start time.Time, t *turn) func(map[string]any) error {
 	if !t.store {
 		return nil
