@@ -54,6 +54,7 @@ func jsonFlag(c *cobra.Command) *bool {
 
 func tenantsCmd() *cobra.Command {
 	c := clientGroup(&cobra.Command{Use: "tenants", Short: "Manage tenants (admin)"}, adminKeyHelp)
+	var createContent bool
 	create := &cobra.Command{
 		Use: "create ID", Short: "Create a tenant", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -62,16 +63,25 @@ func tenantsCmd() *cobra.Command {
 				return err
 			}
 			var t struct {
-				ID        string    `json:"id"`
-				CreatedAt time.Time `json:"created_at"`
+				ID           string    `json:"id"`
+				CreatedAt    time.Time `json:"created_at"`
+				TraceContent bool      `json:"trace_content"`
 			}
-			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/tenants", map[string]string{"id": args[0]}, &t); err != nil {
+			in := map[string]any{"id": args[0]}
+			if cmd.Flags().Changed("trace-content") {
+				in["trace_content"] = createContent
+			}
+			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/tenants", in, &t); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created tenant %s\n", t.ID)
+			if t.TraceContent {
+				fmt.Fprintln(cmd.OutOrStdout(), "its prompts and completions are recorded in its traces (--trace-content)")
+			}
 			return nil
 		},
 	}
+	create.Flags().BoolVar(&createContent, "trace-content", false, traceContentHelp)
 	list := &cobra.Command{
 		Use: "list", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,30 +90,36 @@ func tenantsCmd() *cobra.Command {
 				return err
 			}
 			var out listOut[struct {
-				ID        string     `json:"id"`
-				CreatedAt time.Time  `json:"created_at"`
-				Budget    *budgetOut `json:"budget"`
+				ID           string     `json:"id"`
+				CreatedAt    time.Time  `json:"created_at"`
+				Budget       *budgetOut `json:"budget"`
+				TraceContent bool       `json:"trace_content"`
 			}]
 			if err := cl.Do(cmd.Context(), "GET", "/admin/v1/tenants", nil, &out); err != nil {
 				return err
 			}
 			rows := [][]string{}
 			for _, t := range out.Data {
-				rows = append(rows, append(append([]string{t.ID}, budgetCells(t.Budget)...), t.CreatedAt.Format(time.RFC3339)))
+				rows = append(rows, append(append([]string{t.ID}, budgetCells(t.Budget)...), onOff(t.TraceContent), t.CreatedAt.Format(time.RFC3339)))
 			}
-			cli.Table(cmd.OutOrStdout(), append(append([]string{"TENANT"}, budgetHeader...), "CREATED"), rows)
+			cli.Table(cmd.OutOrStdout(), append(append([]string{"TENANT"}, budgetHeader...), "TRACE CONTENT", "CREATED"), rows)
 			return nil
 		},
 	}
 	var tf limitFlags
+	var updateContent bool
 	update := &cobra.Command{
-		Use: "update ID", Short: "Change a tenant's budget", Args: cobra.ExactArgs(1),
+		Use: "update ID", Short: "Change a tenant's budget or trace content setting", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
-			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/tenants/"+args[0], tf.changed(cmd), nil); err != nil {
+			in := tf.changed(cmd)
+			if cmd.Flags().Changed("trace-content") {
+				in["trace_content"] = updateContent
+			}
+			if err := cl.Do(cmd.Context(), "PATCH", "/admin/v1/tenants/"+args[0], in, nil); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "updated tenant %s\n", args[0])
@@ -111,8 +127,18 @@ func tenantsCmd() *cobra.Command {
 		},
 	}
 	tf.add(update, false)
+	update.Flags().BoolVar(&updateContent, "trace-content", false, traceContentHelp+" (--trace-content=false turns it off)")
 	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd())
 	return c
+}
+
+const traceContentHelp = "record the tenant's prompt and completion text in its traces (gen_ai.input.messages / gen_ai.output.messages, bounded); off by default"
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // limitFlags are the spend controls settable on keys and tenants.

@@ -13,6 +13,20 @@ func DefaultTenantAdmission() AdmissionPolicy { return AdmissionPolicy{Mode: Adm
 // CreateTenantWithAdmission is CreateTenant with an admission policy; nil
 // gives the tenant DefaultTenantAdmission.
 func (s *Store) CreateTenantWithAdmission(ctx context.Context, id string, p *AdmissionPolicy) (Tenant, error) {
+	return s.CreateTenantWith(ctx, id, TenantOptions{Admission: p})
+}
+
+// TenantOptions are the settings a tenant is created with.
+type TenantOptions struct {
+	// Admission is the tenant's policy; nil: DefaultTenantAdmission.
+	Admission *AdmissionPolicy
+	// TraceContent is Tenant.TraceContent.
+	TraceContent bool
+}
+
+// CreateTenantWith creates tenant id with o.
+func (s *Store) CreateTenantWith(ctx context.Context, id string, o TenantOptions) (Tenant, error) {
+	p := o.Admission
 	if !ValidTenantID(id) {
 		return Tenant{}, fmt.Errorf("%w: tenant id must match %s", ErrInvalid, tenantRE)
 	}
@@ -23,7 +37,7 @@ func (s *Store) CreateTenantWithAdmission(ctx context.Context, id string, p *Adm
 	if err := p.Validate(); err != nil {
 		return Tenant{}, err
 	}
-	t := Tenant{ID: id, CreatedAt: time.Now().UTC(), Admission: p}
+	t := Tenant{ID: id, CreatedAt: time.Now().UTC(), Admission: p, TraceContent: o.TraceContent}
 	return t, put(ctx, s.tenants, "t."+id, t, true)
 }
 
@@ -57,6 +71,18 @@ func (s *Store) SetKeyAdmission(ctx context.Context, id string, p *AdmissionPoli
 	}
 	return modify(ctx, s.keys, id, func(k *Key) error {
 		k.Admission = p
+		return nil
+	})
+}
+
+// SetTenantTraceContent turns the recording of a tenant's prompt and
+// completion text in its traces on or off (Tenant.TraceContent).
+func (s *Store) SetTenantTraceContent(ctx context.Context, id string, on bool) (Tenant, error) {
+	if !ValidTenantID(id) {
+		return Tenant{}, ErrNotFound
+	}
+	return modify(ctx, s.tenants, "t."+id, func(t *Tenant) error {
+		t.TraceContent = on
 		return nil
 	})
 }

@@ -43,6 +43,12 @@ type Tenant struct {
 	// Admission is what the edge does with the tenant's prompts (nil: off;
 	// new tenants get block).
 	Admission *AdmissionPolicy `json:"admission,omitempty"`
+	// TraceContent opts the tenant's requests into recording their prompt
+	// and completion text on the edge's inference span (the OpenTelemetry
+	// GenAI attributes gen_ai.input.messages and gen_ai.output.messages,
+	// bounded). Off by default: traces then carry no content. Only the
+	// admin API sets it.
+	TraceContent bool `json:"trace_content"`
 }
 
 // Webhook events.

@@ -492,3 +492,49 @@ func TestModels(t *testing.T) {
 		t.Fatalf("ListModels after deletes = %d models, %v", len(ms), err)
 	}
 }
+
+// TestTenantTraceContent: trace_content is off unless a tenant is created
+// with it or has it set, survives other updates, and a record written
+// before the field existed reads as off.
+func TestTenantTraceContent(t *testing.T) {
+	s, js := open(t)
+	ctx := testCtx(t)
+	plain, err := s.CreateTenant(ctx, "plain")
+	if err != nil || plain.TraceContent {
+		t.Fatalf("CreateTenant = %+v, %v; want trace_content off", plain, err)
+	}
+	on, err := s.CreateTenantWith(ctx, "traced", registry.TenantOptions{TraceContent: true})
+	if err != nil || !on.TraceContent || on.Admission == nil || on.Admission.Mode != registry.AdmissionBlock {
+		t.Fatalf("CreateTenantWith = %+v, %v; want trace_content on and the default admission", on, err)
+	}
+	if got, err := s.GetTenant(ctx, "traced"); err != nil || !got.TraceContent {
+		t.Fatalf("GetTenant(traced) = %+v, %v", got, err)
+	}
+	if got, err := s.UpdateTenantLimits(ctx, "traced", func(l *registry.Limits) { l.MaxBudgetUSD = 5 }); err != nil || !got.TraceContent {
+		t.Fatalf("a limits update lost trace_content: %+v, %v", got, err)
+	}
+	if got, err := s.SetTenantTraceContent(ctx, "traced", false); err != nil || got.TraceContent || got.MaxBudgetUSD != 5 {
+		t.Fatalf("SetTenantTraceContent(false) = %+v, %v", got, err)
+	}
+	if got, err := s.SetTenantTraceContent(ctx, "plain", true); err != nil || !got.TraceContent {
+		t.Fatalf("SetTenantTraceContent(true) = %+v, %v", got, err)
+	}
+	if _, err := s.SetTenantTraceContent(ctx, "nobody", true); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("SetTenantTraceContent(missing) err = %v, want ErrNotFound", err)
+	}
+	if _, err := s.SetTenantTraceContent(ctx, "Bad.ID", true); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("SetTenantTraceContent(invalid) err = %v, want ErrNotFound", err)
+	}
+
+	// A record of an earlier release, without the field.
+	kvb, err := js.KeyValue(ctx, events.BucketTenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvb.Put(ctx, "t.legacy", []byte(`{"id":"legacy","created_at":"2024-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetTenant(ctx, "legacy"); err != nil || got.TraceContent {
+		t.Fatalf("legacy tenant = %+v, %v; want trace_content off", got, err)
+	}
+}

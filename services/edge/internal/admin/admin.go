@@ -177,6 +177,9 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 		// Admission is the tenant's policy; absent: block
 		// (registry.DefaultTenantAdmission).
 		Admission *admissionPatch `json:"admission"`
+		// TraceContent records the tenant's prompts and completions in
+		// its traces (registry.Tenant.TraceContent); absent: false.
+		TraceContent *bool `json:"trace_content"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
@@ -193,11 +196,12 @@ func (s *Service) createTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t, err := s.store.CreateTenantWithAdmission(r.Context(), req.ID, adm)
+	t, err := s.store.CreateTenantWith(r.Context(), req.ID, registry.TenantOptions{Admission: adm, TraceContent: req.TraceContent != nil && *req.TraceContent})
 	if err != nil {
 		s.storeError(w, r, err, "Tenant '"+req.ID+"'")
 		return
 	}
+	s.d.Directory.NoteTenant(t)
 	httpapi.WriteJSON(w, http.StatusCreated, t)
 }
 
@@ -303,6 +307,9 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 	var p struct {
 		limitsPatch
 		Admission *admissionPatch `json:"admission"`
+		// TraceContent turns the recording of the tenant's prompts and
+		// completions in its traces on or off; absent: unchanged.
+		TraceContent *bool `json:"trace_content"`
 	}
 	if !httpapi.DecodeStrict(w, r, &p) {
 		return
@@ -321,6 +328,13 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 		if t, ok = s.patchTenantAdmission(w, r, t.ID, p.Admission); !ok {
 			return
 		}
+	}
+	if p.TraceContent != nil && *p.TraceContent != t.TraceContent {
+		if t, err = s.store.SetTenantTraceContent(r.Context(), t.ID, *p.TraceContent); err != nil {
+			s.storeError(w, err, "Tenant '"+t.ID+"'")
+			return
+		}
+		s.log.Info("tenant trace content changed", "tenant", t.ID, "trace_content", t.TraceContent)
 	}
 	s.d.Directory.NoteTenant(t)
 	httpapi.WriteJSON(w, http.StatusOK, s.viewTenant(r, t))

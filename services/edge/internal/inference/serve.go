@@ -282,6 +282,13 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 	}
 	defer span.End()
 	span.SetAttributes(c.Attributes...)
+	// The prompt and, at the end, the answer, for a tenant that opted in
+	// (content.go).
+	var content *OutputRecorder
+	if t, ok := s.d.Directory.Tenant(key.Tenant); ok && t.TraceContent {
+		span.SetAttributes(inputAttributes(c.Endpoint, c.Body)...)
+		content = NewOutputRecorder(c.Endpoint)
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -339,6 +346,13 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 			return nil
 		}
 	}
+	if content != nil && p.Stream {
+		inner := sink
+		sink = func(payload []byte) error {
+			content.Chunk(payload)
+			return inner(payload)
+		}
+	}
 	sink, assembled := cacheSink(c, sink)
 	ch := s.route(ctx, c, adm, hdr, flush, sink, &served, &log)
 	res, err := ch.res, ch.err
@@ -394,6 +408,15 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, c Call, adm admi
 			go s.release(ch.adm.id, ch.adm.reservations)
 		case errors.As(err, &be) && be.Code == contracts.CodeWorkerLost && res.DataFrames > 0:
 			s.recordLostUsage(c, served, ch.adm.id, res, span, ch.adm.reservations)
+		}
+	}
+	if content != nil {
+		switch {
+		case p.Stream && (err == nil || started):
+			span.SetAttributes(content.Attributes(err != nil)...)
+		case !p.Stream && err == nil && status == http.StatusOK:
+			content.Body(buf.Bytes())
+			span.SetAttributes(content.Attributes(false)...)
 		}
 	}
 	if served != "" {
