@@ -330,8 +330,9 @@ func (s *Service) patchTenant(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if p.TraceContent != nil && *p.TraceContent != t.TraceContent {
-		if t, err = s.store.SetTenantTraceContent(r.Context(), t.ID, *p.TraceContent); err != nil {
-			s.storeError(w, err, "Tenant '"+t.ID+"'")
+		id := t.ID
+		if t, err = s.store.SetTenantTraceContent(r.Context(), id, *p.TraceContent); err != nil {
+			s.storeError(w, r, err, "Tenant '"+id+"'")
 			return
 		}
 		s.log.Info("tenant trace content changed", "tenant", t.ID, "trace_content", t.TraceContent)
