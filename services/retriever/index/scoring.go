@@ -49,42 +49,7 @@ type Ranked[K comparable] struct {
 // candidate ranked first by every list scores 1: score = Σ 1/(RRFK+p) · RRFK/len(lists). Ties are broken by the
 // best position in any list, then by tie (ascending) for determinism.
 func RRFFuse[K comparable](lists [][]Ranked[K], limit int, tie func(a, b K) int) []Ranked[K] {
-	type acc struct {
-		score float64
-		best  int
-	}
-	m := make(map[K]*acc)
-	var order []K
-	for _, l := range lists {
-		for p, c := range l {
-			a := m[c.Key]
-			if a == nil {
-				a = &acc{best: p}
-				m[c.Key] = a
-				order = append(order, c.Key)
-			}
-			a.score += 1 / float64(RRFK+p)
-			a.best = min(a.best, p)
-		}
-	}
-	norm := float64(RRFK) / float64(max(1, len(lists)))
-	out := make([]Ranked[K], 0, len(order))
-	for _, k := range order {
-		out = append(out, Ranked[K]{Key: k, Score: m[k].score * norm})
-	}
-	slices.SortFunc(out, func(a, b Ranked[K]) int {
-		if c := cmp.Compare(b.Score, a.Score); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(m[a.Key].best, m[b.Key].best); c != 0 {
-			return c
-		}
-		return tie(a.Key, b.Key)
-	})
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out
+	return FuseWeights(lists, nil, nil, Fusion{}, limit, tie)
 }
 
 // FuseWeights fuses ranked lists (each best first) as f says, with weights[i] the weight of lists[i]:
