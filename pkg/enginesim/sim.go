@@ -499,6 +499,17 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 		return
 	}
+	switch {
+	case path == "/rerank" && r.Method == http.MethodPost:
+		s.serveRerank(w, r, true)
+		return
+	case path == "/v1/rerank" && r.Method == http.MethodPost:
+		s.serveRerank(w, r, false)
+		return
+	case path == "/info" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		s.serveInfo(w, r)
+		return
+	}
 	if !strings.HasPrefix(path, "/v1/") {
 		s.writeError(w, notFound(r))
 		return
