@@ -162,11 +162,24 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 		if t.MaxNumResults != nil {
 			limit = min(max(*t.MaxNumResults, 1), 50)
 		}
-		threshold := 0.0
-		if t.RankingOptions != nil && t.RankingOptions.ScoreThreshold != nil {
-			threshold = *t.RankingOptions.ScoreThreshold
+		threshold, ranker := 0.0, ""
+		if ro := t.RankingOptions; ro != nil {
+			if ro.ScoreThreshold != nil {
+				threshold = *ro.ScoreThreshold
+			}
+			var e *contracts.Error
+			if ranker, e = s.d.Search.Ranker(key, ro.Ranker, "tools.ranking_options.ranker"); e != nil {
+				contracts.Write(w, e)
+				return
+			}
 		}
-		res, e := s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, threshold)
+		var res []vectorstores.Result
+		var e *contracts.Error
+		if ranker == "" {
+			res, e = s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, threshold)
+		} else if res, e = s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, vectorstores.RerankCandidates(limit), 0); e == nil {
+			res, e = s.d.Search.Rerank(r.Context(), key, ranker, []string{question}, res, limit, threshold)
+		}
 		if e != nil {
 			contracts.Write(w, e)
 			return

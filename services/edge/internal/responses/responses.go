@@ -34,6 +34,9 @@ type responsesRequest struct {
 		MaxNumResults  *int            `json:"max_num_results"`
 		Filters        json.RawMessage `json:"filters"`
 		RankingOptions *struct {
+			// Ranker is "auto", "default-2024-11-15", "none" or a rerank
+			// model's name (vectorstores.Ranker).
+			Ranker         string   `json:"ranker"`
 			ScoreThreshold *float64 `json:"score_threshold"`
 		} `json:"ranking_options"`
 		// Container is code_interpreter's: an id or {"type": "auto"}.

@@ -171,11 +171,24 @@ func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		}
 		limit = *req.MaxNumResults
 	}
-	threshold := 0.0
-	if req.RankingOptions != nil && req.RankingOptions.ScoreThreshold != nil {
-		threshold = *req.RankingOptions.ScoreThreshold
+	threshold, ranker := 0.0, ""
+	if ro := req.RankingOptions; ro != nil {
+		if ro.ScoreThreshold != nil {
+			threshold = *ro.ScoreThreshold
+		}
+		var e *contracts.Error
+		if ranker, e = s.Ranker(k, ro.Ranker, "ranking_options.ranker"); e != nil {
+			contracts.Write(w, e)
+			return
+		}
 	}
-	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, threshold)
+	var results []Result
+	var e *contracts.Error
+	if ranker == "" {
+		results, e = s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, threshold)
+	} else if results, e = s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, RerankCandidates(limit), 0); e == nil {
+		results, e = s.Rerank(r.Context(), k, ranker, queries, results, limit, threshold)
+	}
 	if e != nil {
 		contracts.Write(w, e)
 		return
