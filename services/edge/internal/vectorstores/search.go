@@ -41,6 +41,11 @@ type Result struct {
 	Score      float64          `json:"score"`
 	Attributes map[string]any   `json:"attributes"`
 	Content    []map[string]any `json:"content"`
+	// Pages are the chunk's pages; PageSpans, when known, where each
+	// page's text lies in Text (vectorstore.SplitPages), for citations
+	// narrowed to the sentences they cite.
+	Pages     []int                  `json:"-"`
+	PageSpans []vectorstore.PageSpan `json:"-"`
 }
 
 // Text is the result's text.
@@ -140,8 +145,9 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 		if len(h.HeadingPath) > 0 {
 			attrs["heading_path"] = strings.Join(h.HeadingPath, " > ")
 		}
+		text, spans := vectorstore.SplitPages(h.Text, h.Pages)
 		out = append(out, Result{FileID: h.FileID, Filename: name, Score: h.Score, Attributes: attrs,
-			Content: []map[string]any{{"type": "text", "text": h.Text}}})
+			Content: []map[string]any{{"type": "text", "text": text}}, Pages: h.Pages, PageSpans: spans})
 	}
 	return out, nil
 }
