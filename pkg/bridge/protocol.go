@@ -20,12 +20,14 @@
 //   - An error before any data frame marked retryable is retried once on
 //     another replica, found by a ping to every replica of the model.
 //
-// Requests come in two subject families (Family): FamilyInfer
-// (events.Infer), which only the edge may publish on, and FamilyEmbed
-// (events.Embed), for the internal embedding calls of the embedder and the
-// retriever. A worker serves both for its model, with the same queue group
-// and control subject, and refuses anything but the embeddings endpoint on
-// FamilyEmbed (contracts.CodeEndpointNotAllowed), so a credential that may embed
+// Requests come in subject families (Family): FamilyInfer (events.Infer),
+// which only the edge may publish on, FamilyEmbed (events.Embed), for the
+// internal embedding calls of the embedder and the retriever, FamilyBatch
+// for batch lines and FamilyRerank (events.Rerank) for internal rerank
+// calls. A worker serves all of them for its model, with the same queue
+// group and control subject, and refuses anything but the embeddings
+// endpoint on FamilyEmbed and the rerank endpoint on FamilyRerank
+// (contracts.CodeEndpointNotAllowed), so a credential that may embed
 // cannot have chat or completions generated and billed.
 package bridge
 
@@ -117,10 +119,14 @@ const (
 	// service. A worker gives a free slot to a waiting request of another
 	// family before any batch line.
 	FamilyBatch
+	// FamilyRerank is events.Rerank, RerankDirect and RerankPing:
+	// internal rerank calls (the rerank stage of vector store search and
+	// file_search), served for the rerank endpoint only.
+	FamilyRerank
 )
 
 // Families lists every family, in a stable order.
-var Families = []Family{FamilyInfer, FamilyEmbed, FamilyBatch}
+var Families = []Family{FamilyInfer, FamilyEmbed, FamilyBatch, FamilyRerank}
 
 func (f Family) String() string {
 	switch f {
@@ -130,11 +136,15 @@ func (f Family) String() string {
 		return "embed"
 	case FamilyBatch:
 		return "batch"
+	case FamilyRerank:
+		return "rerank"
 	}
 	return "Family(" + strconv.Itoa(int(f)) + ")"
 }
 
-func (f Family) valid() bool { return f == FamilyInfer || f == FamilyEmbed || f == FamilyBatch }
+func (f Family) valid() bool {
+	return f == FamilyInfer || f == FamilyEmbed || f == FamilyBatch || f == FamilyRerank
+}
 
 // Subject is where requests for model are published in this family.
 func (f Family) Subject(model string) string {
@@ -143,6 +153,8 @@ func (f Family) Subject(model string) string {
 		return events.Embed(model)
 	case FamilyBatch:
 		return events.BatchInfer(model)
+	case FamilyRerank:
+		return events.Rerank(model)
 	}
 	return events.Infer(model)
 }
@@ -154,6 +166,8 @@ func (f Family) Direct(model, worker string) string {
 		return events.EmbedDirect(model, worker)
 	case FamilyBatch:
 		return events.BatchInferDirect(model, worker)
+	case FamilyRerank:
+		return events.RerankDirect(model, worker)
 	}
 	return events.InferDirect(model, worker)
 }
@@ -165,13 +179,29 @@ func (f Family) Ping(model string) string {
 		return events.EmbedPing(model)
 	case FamilyBatch:
 		return events.BatchInferPing(model)
+	case FamilyRerank:
+		return events.RerankPing(model)
 	}
 	return events.InferPing(model)
 }
 
 // allows reports whether a worker serves endpoint on this family.
 func (f Family) allows(endpoint string) bool {
-	return f != FamilyEmbed || endpoint == events.EndpointEmbeddings
+	if only := f.only(); only != "" {
+		return endpoint == only
+	}
+	return true
+}
+
+// only is the one endpoint a family serves ("" for every endpoint).
+func (f Family) only() string {
+	switch f {
+	case FamilyEmbed:
+		return events.EndpointEmbeddings
+	case FamilyRerank:
+		return events.EndpointRerank
+	}
+	return ""
 }
 
 // MaxAttempts is how often the edge sends one request: once, and once more

@@ -319,7 +319,7 @@ func (s *Server) onRequest(f Family, m *nats.Msg) {
 		s.log.Warn("bridge: endpoint refused on this subject family", "request_id", req.ID,
 			"family", f.String(), "endpoint", req.Endpoint)
 		_ = w.Fail(&Error{Status: http.StatusForbidden, Code: contracts.CodeEndpointNotAllowed,
-			Message: fmt.Sprintf("the %s subjects serve the %s endpoint only, not %q", f, events.EndpointEmbeddings, req.Endpoint)})
+			Message: fmt.Sprintf("the %s subjects serve the %s endpoint only, not %q", f, f.only(), req.Endpoint)})
 		cancel()
 		return
 	}

@@ -213,6 +213,17 @@ var permCases = []permCase{
 	{busauth.Usage, "pub", "aiforge.embed.v1.embed", false},
 	{busauth.Ingest, "pub", "aiforge.embed.v1.embed", false},
 	{busauth.Guardian, "pub", "aiforge.embed.v1.embed", false},
+	// Internal rerank calls: the edge (the rerank stage of searches).
+	{busauth.Edge, "pub", "aiforge.rerank.v1.rr", true},
+	{busauth.Edge, "pub", "aiforge.rerank.v1.rr.w.w-2", true},
+	{busauth.Edge, "pub", "aiforge.rerank.v1.rr.ping", true},
+	{busauth.Embedder, "pub", "aiforge.rerank.v1.rr", false},
+	{busauth.Retriever, "pub", "aiforge.rerank.v1.rr", false},
+	{busauth.Worker, "pub", "aiforge.rerank.v1.rr", false},
+	{busauth.Batch, "pub", "aiforge.rerank.v1.rr", false},
+	{busauth.Worker, "sub", "aiforge.rerank.v1.rr", true},
+	{busauth.Worker, "sub", "aiforge.rerank.v1.rr.ping", true},
+	{busauth.Edge, "sub", "aiforge.rerank.v1.>", false},
 	// Workers serve them; nobody else listens.
 	{busauth.Worker, "sub", "aiforge.infer.v1.chat", true},
 	{busauth.Worker, "sub", "aiforge.infer.ctl.v1.w-1", true},

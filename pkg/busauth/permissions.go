@@ -171,6 +171,9 @@ const inferAll = "aiforge.infer.v1.>"
 // embedAll is every internal embedding subject: requests, direct, ping.
 const embedAll = "aiforge.embed.v1.>"
 
+// rerankAll is every internal rerank subject: requests, direct, ping.
+const rerankAll = "aiforge.rerank.v1.>"
+
 // batchInferAll is every batch-line subject: requests, direct, ping.
 const batchInferAll = "aiforge.infer.batch.v1.>"
 
@@ -187,10 +190,11 @@ func table() map[string]Permissions {
 
 	// The edge is the API: the only client that publishes inference
 	// (the embedder and retriever embed on their own family, where
-	// workers answer embeddings only), the writer of the registry and
+	// workers answer embeddings only), the caller of rerank models for
+	// the rerank stage of searches (on the rerank family), the writer of the registry and
 	// catalog, the caller of the usage and retriever queries.
 	edge := (&grant{}).inbox(Edge).streamInfo().
-		p(inferAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery, events.SandboxAll).
+		p(inferAll, rerankAll, inferCtlAll, events.UsageQuery, events.RetrieverQuery, events.BatchQuery, events.SandboxAll).
 		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV4), ev(events.TypeUsageCorrectedV1)).
 		p(ev(events.TypeAdmissionVerdictV1)).
 		p(ev(events.TypeDocIngestRequestedV1), ev(events.TypeDocRemovedV1)).
@@ -214,7 +218,7 @@ func table() map[string]Permissions {
 		p(api + "STREAM.PURGE.KV_" + events.BucketModels)
 	put(Edge, edge, nil)
 
-	// Workers answer inference and internal embedding calls (every frame
+	// Workers answer inference and internal embedding and rerank calls (every frame
 	// goes to the request's reply subject, under the caller's
 	// events.BridgeReplies: a grant, so that the server tracks no reply
 	// subject per streamed request; pings are answered once, hence
@@ -223,7 +227,7 @@ func table() map[string]Permissions {
 	// bindings and the catalog. The only bucket they write is their own
 	// state (registry.WorkerState).
 	worker := (&grant{}).inbox(Worker).streamInfo().
-		s(inferAll, embedAll, batchInferAll, inferCtlAll).
+		s(inferAll, embedAll, rerankAll, batchInferAll, inferCtlAll).
 		p(bridgeReplies(Edge), bridgeReplies(Embedder), bridgeReplies(Retriever), bridgeReplies(Batch)).
 		p(ev(events.TypeUsageRecordedV2), ev(events.TypeUsageRecordedV3), ev(events.TypeUsageRecordedV4), ev(events.TypeUsageRecordedV5)).
 		kvRead(events.BucketModels, events.BucketCatalog, events.BucketDeployments).

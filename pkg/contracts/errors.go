@@ -70,6 +70,14 @@ const (
 	// API key aiforge holds for it: a platform misconfiguration, never the
 	// client's key.
 	CodeUpstreamAuth = "upstream_auth_failed"
+	// CodeModelKindMismatch (400): the model is of another kind than the
+	// API serves: a rerank model asked for chat, completions or
+	// embeddings, or a generation model for /v1/rerank or as a ranker.
+	CodeModelKindMismatch = "model_kind_mismatch"
+	// CodeTooManyDocuments (400): a rerank over more documents, or more
+	// bytes, than one request may hold (pkg/rerank.MaxDocuments,
+	// MaxBytes).
+	CodeTooManyDocuments = "too_many_documents"
 	// CodeInvalidValue (400): a parameter is not one of the values it may
 	// take (OpenAI's code for an enum mismatch).
 	CodeInvalidValue = "invalid_value"

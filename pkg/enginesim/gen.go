@@ -113,6 +113,8 @@ type gen struct {
 	// toolCode, when set, is the code of a call to a code tool (see
 	// parseChat): its arguments are {"code": toolCode}.
 	toolCode *string
+	// reply, when set, are the words of the fixed answer (Config.Reply).
+	reply []string
 }
 
 // toolWord is the deterministic word used in tool-call arguments.
@@ -189,6 +191,12 @@ func (g *gen) finishReason() string {
 // token returns token i of the text, advancing rng (tokens must be taken in
 // order).
 func (g *gen) token(i int, rng *uint64) string {
+	if g.reply != nil {
+		if i == g.maxTokens-1 {
+			return g.reply[i]
+		}
+		return g.reply[i] + " "
+	}
 	w := nextWord(rng)
 	if i == g.maxTokens-1 {
 		return words[w]
@@ -294,6 +302,18 @@ func malformed(err error) *apiError {
 
 func (s *Sim) setMaxTokens(g *gen, mt *int, param string) *apiError {
 	g.maxTokens = s.defaultMaxTokens
+	if len(s.reply) > 0 {
+		// A fixed reply ends by itself after its last word.
+		g.reply = s.reply
+		g.maxTokens = len(s.reply)
+		if mt != nil && *mt >= 1 && *mt < len(s.reply) {
+			g.maxTokens, g.explicitMax = *mt, true
+		}
+		if mt != nil && *mt < 1 {
+			return badRequest(param+" must be at least 1", param)
+		}
+		return nil
+	}
 	if mt == nil {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -292,8 +293,15 @@ func (s *Sim) serveNonStream(w http.ResponseWriter, r *http.Request, g *gen) {
 
 // appendText appends the whole generated text as a JSON string.
 func (g *gen) appendText(b []byte) []byte {
-	b = append(b, '"')
 	rng := g.seed
+	if g.reply != nil { // a fixed reply may need escaping
+		var sb strings.Builder
+		for i := 0; i < g.maxTokens; i++ {
+			sb.WriteString(g.token(i, &rng))
+		}
+		return appendJSONString(b, sb.String())
+	}
+	b = append(b, '"')
 	for i := 0; i < g.maxTokens; i++ {
 		b = append(b, g.token(i, &rng)...) // words need no escaping
 	}

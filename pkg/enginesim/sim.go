@@ -36,6 +36,11 @@ type Config struct {
 	// whose max_tokens is lower is cut at it with "length". Zero: max_tokens
 	// tokens are always generated.
 	AnswerTokens int
+	// Reply, when set, is the answer to every chat and completion request
+	// (tool calls aside): one token per whitespace-separated word, ending
+	// with finish_reason "stop" after the last, or "length" at a lower
+	// max_tokens. Tests that need a known answer (citations) set it.
+	Reply string
 	// EmbeddingDims is the embedding size when the request has no
 	// "dimensions". Default 8.
 	EmbeddingDims int
@@ -200,6 +205,7 @@ type Sim struct {
 	modelsJSON       []byte
 	defaultMaxTokens int
 	answerTokens     int
+	reply            []string
 	embeddingDims    int
 	authHeader       string // "Bearer <key>", empty = no auth
 	openModels       bool
@@ -247,6 +253,7 @@ func New(cfg Config) *Sim {
 	s := &Sim{
 		defaultMaxTokens: cfg.DefaultMaxTokens,
 		answerTokens:     cfg.AnswerTokens,
+		reply:            strings.Fields(cfg.Reply),
 		embeddingDims:    cfg.EmbeddingDims,
 		modelSet:         make(map[string]struct{}),
 		openModels:       cfg.OpenModels,
@@ -497,6 +504,17 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header()["Content-Type"] = hdrText
 		_, _ = io.WriteString(w, "ok")
+		return
+	}
+	switch {
+	case path == "/rerank" && r.Method == http.MethodPost:
+		s.serveRerank(w, r, true)
+		return
+	case path == "/v1/rerank" && r.Method == http.MethodPost:
+		s.serveRerank(w, r, false)
+		return
+	case path == "/info" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		s.serveInfo(w, r)
 		return
 	}
 	if !strings.HasPrefix(path, "/v1/") {

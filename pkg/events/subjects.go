@@ -268,6 +268,22 @@ func EmbedDirect(model, worker string) string { return Embed(model) + ".w." + wo
 // the embedding family.
 func EmbedPing(model string) string { return Embed(model) + ".ping" }
 
+// Internal rerank calls (the edge's rerank stage of vector store search
+// and file_search, a retriever that reranks) have a family of their own,
+// like embeddings: same queue group (InferQueue) and control subject
+// (InferControl), and a worker answers nothing but rerank on it.
+
+// Rerank is where internal rerank requests for a model are published.
+func Rerank(model string) string { return "aiforge.rerank.v1." + Token(model) }
+
+// RerankDirect addresses one worker replica of a model on the rerank
+// family (failover).
+func RerankDirect(model, worker string) string { return Rerank(model) + ".w." + worker }
+
+// RerankPing is answered by every worker replica of a model with its id,
+// on the rerank family.
+func RerankPing(model string) string { return Rerank(model) + ".ping" }
+
 // Batch lines are served by the same workers as real-time requests, on a
 // family of their own so that a worker knows them for what they are (a
 // real-time request wins a worker's next free slot over any batch line)

@@ -18,6 +18,11 @@ const (
 	EndpointChatCompletions = "chat.completions"
 	EndpointCompletions     = "completions"
 	EndpointEmbeddings      = "embeddings"
+	// EndpointRerank is a rerank call (POST /v1/rerank, and the rerank
+	// stage of vector store search and file_search): its tokens are
+	// prompt tokens (the query and the documents read), priced like any
+	// prompt of the model.
+	EndpointRerank = "rerank"
 )
 
 // UsageRecordedV1 is one request's token spend. Its envelope id is the
@@ -65,9 +70,9 @@ func (u UsageRecordedV1) Validate() error {
 		errs = append(errs, errors.New("model is required"))
 	}
 	switch u.Endpoint {
-	case EndpointChatCompletions, EndpointCompletions, EndpointEmbeddings:
+	case EndpointChatCompletions, EndpointCompletions, EndpointEmbeddings, EndpointRerank:
 	default:
-		errs = append(errs, fmt.Errorf("endpoint %q is not one of chat.completions, completions, embeddings", u.Endpoint))
+		errs = append(errs, fmt.Errorf("endpoint %q is not one of chat.completions, completions, embeddings, rerank", u.Endpoint))
 	}
 	switch u.Status {
 	case UsageStatusOK, UsageStatusError, UsageStatusCanceled:
@@ -321,9 +326,9 @@ func (c UsageCorrectedV1) Validate() error {
 		errs = append(errs, errors.New("reason is required"))
 	}
 	switch c.Endpoint {
-	case EndpointChatCompletions, EndpointCompletions, EndpointEmbeddings:
+	case EndpointChatCompletions, EndpointCompletions, EndpointEmbeddings, EndpointRerank:
 	default:
-		errs = append(errs, fmt.Errorf("endpoint %q is not one of chat.completions, completions, embeddings", c.Endpoint))
+		errs = append(errs, fmt.Errorf("endpoint %q is not one of chat.completions, completions, embeddings, rerank", c.Endpoint))
 	}
 	return errors.Join(errs...)
 }

@@ -199,7 +199,35 @@ type Engine struct {
 	// process (start, health, restart on crash with backoff, stop) instead
 	// of forwarding to an engine someone else runs.
 	Process *EngineProcess `json:"process,omitempty"`
+	// RerankAPI is the rerank protocol of a rerank model's engine (Model
+	// Kind ModelKindRerank): RerankAPIV1 (the default, "v1") or
+	// RerankAPITEI ("tei"). Ignored for other models.
+	RerankAPI string `json:"rerank_api,omitempty"`
 }
+
+// Rerank protocols (Engine.RerankAPI).
+const (
+	// RerankAPIV1 is POST {base_url}/rerank (base_url ends in /v1) in the
+	// Jina/Cohere shape: {"model","query","documents","top_n"} answered
+	// {"results":[{"index","relevance_score"}],"usage":{"total_tokens"}};
+	// vLLM, Jina, Infinity and llama-server --reranking serve it.
+	RerankAPIV1 = "v1"
+	// RerankAPITEI is Hugging Face text-embeddings-inference's POST
+	// /rerank at the engine's root: {"query","texts"} answered
+	// [{"index","score"}], without usage.
+	RerankAPITEI = "tei"
+)
+
+// Model kinds (Model.Kind).
+const (
+	// ModelKindGenerate is a model served on the OpenAI endpoints (chat,
+	// completions, embeddings: whatever its engine serves). The default.
+	ModelKindGenerate = ""
+	// ModelKindRerank is a reranker: it scores documents against a query
+	// on POST /v1/rerank and in the rerank stage of vector store search
+	// and file_search (ranking_options.ranker), and serves nothing else.
+	ModelKindRerank = "rerank"
+)
 
 // Engine process kinds (EngineProcess.Kind).
 const (
@@ -257,6 +285,8 @@ const (
 // Model binds a served model name to its engines.
 type Model struct {
 	Name string `json:"name"`
+	// Kind is ModelKindGenerate ("") or ModelKindRerank.
+	Kind string `json:"kind,omitempty"`
 	// Engine is the model's first engine (the only one of most models).
 	Engine Engine `json:"engine"`
 	// Engines are further engines serving the same name, each with an ID
@@ -424,6 +454,11 @@ func validateEngine(where string, e Engine) error {
 	default:
 		errs = append(errs, fmt.Errorf("%s.kind %q is not one of \"\" (self-hosted), %q", where, e.Kind, EngineProvider))
 	}
+	switch e.RerankAPI {
+	case "", RerankAPIV1, RerankAPITEI:
+	default:
+		errs = append(errs, fmt.Errorf("%s.rerank_api %q is not one of %q, %q", where, e.RerankAPI, RerankAPIV1, RerankAPITEI))
+	}
 	return errors.Join(errs...)
 }
 
@@ -466,6 +501,19 @@ func ValidateModel(m Model) error {
 			errs = append(errs, fmt.Errorf("%s.model is required", where))
 		}
 		errs = append(errs, validateEngine(where, e))
+	}
+	switch m.Kind {
+	case ModelKindGenerate, ModelKindRerank:
+	default:
+		errs = append(errs, fmt.Errorf("kind %q is not one of \"\" (generation), %q", m.Kind, ModelKindRerank))
+	}
+	if m.Kind != ModelKindRerank {
+		for i, e := range m.AllEngines() {
+			if e.RerankAPI != "" {
+				errs = append(errs, fmt.Errorf("engine %d: rerank_api is for models of kind %q", i, ModelKindRerank))
+				break
+			}
+		}
 	}
 	switch m.Routing {
 	case "", RoutingLeastOutstanding, RoutingLatency:

@@ -27,13 +27,16 @@ const (
 // EstimatePrompt estimates the prompt tokens of a request body for
 // endpoint (events.EndpointChatCompletions, ...): chat's messages, a
 // completion's prompt or an embedding's input (strings, arrays of strings,
-// or token id arrays, which count exactly). It is 0 for a body it cannot
+// or token id arrays, which count exactly), a rerank's query and
+// documents (strings or {"text"} objects). It is 0 for a body it cannot
 // read.
 func EstimatePrompt(endpoint string, body []byte) int64 {
 	var req struct {
-		Messages []map[string]json.RawMessage `json:"messages"`
-		Prompt   json.RawMessage              `json:"prompt"`
-		Input    json.RawMessage              `json:"input"`
+		Messages  []map[string]json.RawMessage `json:"messages"`
+		Prompt    json.RawMessage              `json:"prompt"`
+		Input     json.RawMessage              `json:"input"`
+		Query     json.RawMessage              `json:"query"`
+		Documents []json.RawMessage            `json:"documents"`
 	}
 	if json.Unmarshal(body, &req) != nil {
 		return 0
@@ -54,6 +57,21 @@ func EstimatePrompt(endpoint string, body []byte) int64 {
 		return promptTokens(req.Prompt)
 	case events.EndpointEmbeddings:
 		return promptTokens(req.Input)
+	case events.EndpointRerank:
+		// A cross-encoder reads the query once per document.
+		q := promptTokens(req.Query)
+		var n int64
+		for _, d := range req.Documents {
+			var doc struct {
+				Text string `json:"text"`
+			}
+			if len(d) > 0 && d[0] == '{' && json.Unmarshal(d, &doc) == nil {
+				n += q + ceilDiv(int64(len(doc.Text)), bytesPerToken)
+				continue
+			}
+			n += q + promptTokens(d)
+		}
+		return n
 	}
 	return 0
 }

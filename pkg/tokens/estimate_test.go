@@ -29,3 +29,12 @@ func TestEstimatePrompt(t *testing.T) {
 		}
 	}
 }
+
+// A rerank reads the query once per document, documents as strings or
+// {"text"} objects.
+func TestEstimateRerank(t *testing.T) {
+	body := []byte(`{"model":"rr","query":"abcdefgh","documents":["abcd",{"text":"abcdefghijkl"}]}`)
+	if got := EstimatePrompt(events.EndpointRerank, body); got != (2+1)+(2+3) {
+		t.Fatalf("rerank estimate %d", got)
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/guard"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/registry"
+	"github.com/aiforge/aiforge/pkg/rerank"
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
 	"github.com/aiforge/aiforge/services/edge/internal/batches"
@@ -448,7 +449,15 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &domains{mux: http.NewServeMux(), closeFuncs: []func(){func() { _ = client.Close() }}}
+	rerankClient, err := rerank.NewClient(s.deps.NC, bridge.ClientConfig{
+		NoWorkerWait: s.cfg.NoWorkerWait, HeartbeatTimeout: s.cfg.HeartbeatTimeout,
+		FailoverWait: s.cfg.FailoverWait, Logger: s.log,
+	})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	d := &domains{mux: http.NewServeMux(), closeFuncs: []func(){func() { _ = client.Close() }, func() { _ = rerankClient.Close() }}}
 	// Revoking a key (on any replica) ends its requests in flight here.
 	d.dir = directory.New(store, cat, directory.Options{Logger: s.log, Workers: workers, Routers: true, OnChange: func(c directory.Change) {
 		if c.Kind == directory.KindKey && c.Deleted {
@@ -474,7 +483,7 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 	fileAPI := files.New(files.Deps{Objects: s.deps.Objects, KV: kvs[events.BucketFiles], Keys: d.dir, Logger: s.log, MaxFileBytes: s.cfg.MaxFileBytes})
 	d.vectors = vectorstores.New(vectorstores.Deps{
 		StoresKV: kvs[events.BucketVectorStores], FilesKV: kvs[events.BucketVectorStoreFiles], FileAPI: fileAPI,
-		Directory: d.dir, Storage: s.deps.Objects != nil, JS: js, NC: s.deps.NC, Logger: s.log, InstanceID: s.cfg.InstanceID,
+		Directory: d.dir, Storage: s.deps.Objects != nil, JS: js, NC: s.deps.NC, Rerank: rerankClient, Logger: s.log, InstanceID: s.cfg.InstanceID,
 	})
 
 	sandboxes := containers.NewClient(s.deps.NC, containers.ClientConfig{})

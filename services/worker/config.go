@@ -49,6 +49,10 @@ const (
 type Config struct {
 	// Model is the served model name: what clients ask for.
 	Model string
+	// Kind is the model's kind (registry.Model.Kind): a rerank model
+	// (registry.ModelKindRerank) serves rerank only, in its engine's
+	// RerankAPI protocol; other models never serve rerank.
+	Kind string
 	// Engine is where requests go: BaseURL (ends with /v1), Model (the
 	// upstream name), APIKey (optional), MaxConcurrency (optional: what the
 	// engine reports, else DefaultMaxConcurrency).
@@ -115,6 +119,11 @@ func (c Config) Validate() error {
 	}
 	if c.Engine.Model == "" {
 		errs = append(errs, errors.New("Engine.Model (the upstream model name) is required"))
+	}
+	switch c.Kind {
+	case registry.ModelKindGenerate, registry.ModelKindRerank:
+	default:
+		errs = append(errs, fmt.Errorf("Kind %q is not a model kind", c.Kind))
 	}
 	if c.Engine.MaxConcurrency < 0 {
 		errs = append(errs, errors.New("Engine.MaxConcurrency must not be negative"))

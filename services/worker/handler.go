@@ -20,8 +20,8 @@ import (
 )
 
 var (
-	spanNames   = [engine.NumEndpoints]string{"worker chat.completions", "worker completions", "worker embeddings"}
-	genAIOpName = [engine.NumEndpoints]string{"chat", "text_completion", "embeddings"}
+	spanNames   = [engine.NumEndpoints]string{"worker chat.completions", "worker completions", "worker embeddings", "worker rerank"}
+	genAIOpName = [engine.NumEndpoints]string{"chat", "text_completion", "embeddings", "rerank"}
 )
 
 // handle is the bridge handler: one request, forwarded to the engine.
@@ -41,11 +41,23 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 			Body: contracts.ErrBadRequest("", "", "A batch line must name its batch ("+bridge.HdrBatchID+").").Body()})
 		return
 	}
+	if s.engine.IsReranker() != (ep == engine.Rerank) {
+		// A reranker serves rerank only; rerank is served by rerankers
+		// only: refused before the engine, so nothing is spent or billed.
+		msg := fmt.Sprintf("The model '%s' is a rerank model: it serves /v1/rerank only.", s.cfg.Model)
+		if ep == engine.Rerank {
+			msg = fmt.Sprintf("The model '%s' is not a rerank model.", s.cfg.Model)
+		}
+		s.metrics.errorCode(contracts.CodeInvalidRequest)
+		_ = w.Fail(&bridge.Error{Status: http.StatusBadRequest, Code: contracts.CodeInvalidRequest,
+			Body: contracts.ErrBadRequest("model", contracts.CodeInvalidRequest, msg).Body()})
+		return
+	}
 	c := engine.Call{Req: req, Endpoint: ep, Started: req.ReceivedAt}
 	if c.Started.IsZero() {
 		c.Started = time.Now()
 	}
-	c.Stream = req.Stream && c.Endpoint != engine.Embeddings
+	c.Stream = req.Stream && c.Endpoint != engine.Embeddings && c.Endpoint != engine.Rerank
 
 	ctx = telemetry.Propagator.Extract(ctx, telemetry.NATSCarrier(req.Header))
 	ctx, span := s.tracer.Start(ctx, spanNames[c.Endpoint], trace.WithSpanKind(trace.SpanKindServer))

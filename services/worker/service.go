@@ -75,6 +75,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.engine = engine.New(engine.Config{
 		Served:         cfg.Model,
 		Engine:         cfg.Engine,
+		Kind:           cfg.Kind,
 		RequestTimeout: cfg.RequestTimeout,
 		HTTPClient:     deps.HTTPClient,
 		TTFT:           s.metrics.ttft,

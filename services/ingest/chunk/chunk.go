@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/ingest/extract"
 )
 
@@ -65,7 +66,7 @@ func (o Options) Normalize() (Options, error) {
 // Chunk is one piece of a document ready for embedding.
 type Chunk struct {
 	Index       int      // position in the document, from 0
-	Text        string   // the chunk text, overlap included
+	Text        string   // the chunk text, overlap included, with a vectorstore.PageBreak where a further page starts
 	Tokens      int      // token count of Text by the tokenizer used
 	Pages       []int    // distinct, sorted pages the text came from (PDF); empty otherwise
 	HeadingPath []string // heading path of the chunk's first block (its first new block when it starts with overlap)
@@ -258,10 +259,16 @@ func (b *building) recompute() {
 	}
 }
 
+// render joins units into a chunk's text, with a page break
+// (vectorstore.PageBreak) before the separator of each unit that starts a
+// further page.
 func render(units []unit) string {
 	var sb strings.Builder
 	for i, u := range units {
 		if i > 0 {
+			if p := units[i-1].page; u.page > 0 && p > 0 && u.page != p {
+				sb.WriteString(vectorstore.PageBreak)
+			}
 			sb.WriteString(u.sep)
 		}
 		sb.WriteString(u.text)

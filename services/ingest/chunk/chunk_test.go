@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/aiforge/aiforge/pkg/vectorstore"
 	"github.com/aiforge/aiforge/services/ingest/extract"
 )
 
@@ -466,3 +467,37 @@ func TestHash(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, fmt.Errorf("disk on fire") }
+
+// A chunk marks where each further page starts, so that the pages of any
+// part of it are known: its parts between page breaks are its pages.
+func TestPageBreaksMarkPages(t *testing.T) {
+	tok := mustTok(t)
+	doc := &extract.Document{Blocks: []extract.Block{
+		heading(1, "Intro", []string{"Intro"}, 1),
+		para("On page one.", []string{"Intro"}, 1),
+		para("Still page one.", []string{"Intro"}, 1),
+		para("On page two.", []string{"Intro"}, 2),
+		para("On page four.", []string{"Intro"}, 4),
+	}}
+	chunks, err := Split(context.Background(), doc, Options{}, tok)
+	if err != nil || len(chunks) != 1 {
+		t.Fatalf("chunks %d, %v", len(chunks), err)
+	}
+	c := chunks[0]
+	want := "Intro\n\nOn page one.\n\nStill page one.\f\n\nOn page two.\f\n\nOn page four."
+	if c.Text != want || !slices.Equal(c.Pages, []int{1, 2, 4}) {
+		t.Fatalf("text %q pages %v", c.Text, c.Pages)
+	}
+	clean, spans := vectorstore.SplitPages(c.Text, c.Pages)
+	if strings.Contains(clean, vectorstore.PageBreak) || len(spans) != 3 {
+		t.Fatalf("clean %q spans %v", clean, spans)
+	}
+	at := strings.Index(clean, "On page two.")
+	if got := vectorstore.PagesOf(spans, at, at+len("On page two.")); !slices.Equal(got, []int{2}) {
+		t.Errorf("pages of the page-two sentence: %v", got)
+	}
+	at = strings.Index(clean, "Still page one.")
+	if got := vectorstore.PagesOf(spans, at, len(clean)); !slices.Equal(got, []int{1, 2, 4}) {
+		t.Errorf("pages from page one to the end: %v", got)
+	}
+}

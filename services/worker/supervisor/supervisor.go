@@ -274,7 +274,7 @@ func (s *Supervisor) apply(ctx context.Context, key string, stored registry.Mode
 	}
 	s.byKey[key] = m.Name
 	if w, ok := s.workers[m.Name]; ok {
-		if openErr == nil && sameEngines(w.binding.AllEngines(), m.AllEngines()) {
+		if openErr == nil && w.binding.Kind == m.Kind && sameEngines(w.binding.AllEngines(), m.AllEngines()) {
 			return // same binding: nothing to do
 		}
 		s.log.Info("model binding changed; restarting its worker", "model", m.Name)
@@ -373,6 +373,7 @@ func (s *Supervisor) loop(ctx context.Context, w *supervised, i int, eng registr
 	lastErr := ""
 	for ctx.Err() == nil {
 		cfg := s.cfg.WorkerDefaults.Bound(w.binding.Name, eng)
+		cfg.Kind = w.binding.Kind
 		err := s.runOnce(ctx, cfg, w, i)
 		if ctx.Err() != nil {
 			return

@@ -493,6 +493,7 @@ func (s *Service) revokeKey(w http.ResponseWriter, r *http.Request) {
 
 type modelView struct {
 	Name          string            `json:"name"`
+	Kind          string            `json:"kind,omitempty"`
 	Object        string            `json:"object"`
 	Engine        registry.Engine   `json:"engine"`
 	Engines       []registry.Engine `json:"engines,omitempty"`
@@ -510,13 +511,14 @@ type modelView struct {
 
 func viewModel(m registry.Model) modelView {
 	m = m.Redacted()
-	return modelView{Name: m.Name, Object: "model_binding", Engine: m.Engine, Engines: m.Engines, Routing: m.Routing,
+	return modelView{Name: m.Name, Kind: m.Kind, Object: "model_binding", Engine: m.Engine, Engines: m.Engines, Routing: m.Routing,
 		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, Cache: m.Cache, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
 }
 
 func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Name          string                `json:"name"`
+		Kind          string                `json:"kind"`
 		Engine        registry.Engine       `json:"engine"`
 		Engines       []registry.Engine     `json:"engines"`
 		Routing       string                `json:"routing"`
@@ -529,7 +531,7 @@ func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
-	m := registry.Model{Name: req.Name, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
+	m := registry.Model{Name: req.Name, Kind: req.Kind, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
 		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy, Cache: req.Cache}
 	if e := s.checkModelName(m); e != nil {
 		contracts.Write(w, e)

@@ -75,7 +75,7 @@ func (s *Service) admitRate(ctx context.Context, w http.ResponseWriter, key *reg
 func outputBound(endpoint string, p Request) (output, choices int64) {
 	choices = max(p.Choices, 1)
 	output = p.MaxTokens
-	if endpoint == events.EndpointEmbeddings {
+	if endpoint == events.EndpointEmbeddings || endpoint == events.EndpointRerank {
 		output, choices = 0, 1
 	} else if output == 0 {
 		output = DefaultOutputReserve

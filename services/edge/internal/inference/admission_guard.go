@@ -199,7 +199,7 @@ func (s *Service) Judge(ctx context.Context, key *registry.Key, endpoint string,
 		tenant = &t
 	}
 	d := Decision{Policy: registry.EffectiveAdmission(tenant, key), Body: body}
-	if endpoint == events.EndpointEmbeddings {
+	if endpoint == events.EndpointEmbeddings || endpoint == events.EndpointRerank {
 		return d // no generation: nothing to inject into
 	}
 	if d.Policy.Mode == registry.AdmissionOff && d.Policy.PII == registry.PIIOff {

@@ -121,6 +121,8 @@ func promptParam(endpoint string) string {
 		return "prompt"
 	case events.EndpointEmbeddings:
 		return "input"
+	case events.EndpointRerank:
+		return "documents"
 	}
 	return "messages"
 }

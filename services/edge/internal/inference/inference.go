@@ -119,6 +119,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handler(events.EndpointChatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.handler(events.EndpointCompletions))
 	mux.HandleFunc("POST /v1/embeddings", s.handler(events.EndpointEmbeddings))
+	mux.HandleFunc("POST /v1/rerank", s.rerankHandler)
 }
 
 // MaxBody is the request body limit.

@@ -203,11 +203,15 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 		}
 		model = c.Request.Model
 	}
-	if _, ok := s.d.Directory.Served(model); !ok {
+	m, ok := s.d.Directory.Served(model)
+	if !ok {
 		return &refusal{Error: contracts.ErrModelNotFound(model), model: model}
 	}
 	if c.Router == "" && !c.Key.Allows(model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
+	}
+	if e := kindMismatch(m, c.Endpoint); e != nil {
+		return &refusal{Error: e, model: model}
 	}
 	if c.Request.MaxTokens > MaxOutputTokens {
 		return &refusal{Error: tooManyTokens(orDefault(c.Request.MaxTokensParam, "max_tokens")), model: model}

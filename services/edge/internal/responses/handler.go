@@ -167,7 +167,23 @@ func (s *Service) responses(w http.ResponseWriter, r *http.Request) {
 			contracts.Write(w, e)
 			return
 		}
-		res, e := s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, ranking)
+		ranker := ""
+		if ro := t.RankingOptions; ro != nil {
+			if ranker, e = s.d.Search.Ranker(key, ro.Ranker, "tools.ranking_options.ranker"); e != nil {
+				contracts.Write(w, e)
+				return
+			}
+		}
+		var res []vectorstores.Result
+		if ranker == "" {
+			res, e = s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, limit, ranking)
+		} else {
+			first := ranking
+			first.ScoreThreshold = 0
+			if res, e = s.d.Search.Search(r.Context(), key.Tenant, t.VectorStoreIDs, []string{question}, t.Filters, vectorstores.RerankCandidates(limit), first); e == nil {
+				res, e = s.d.Search.Rerank(r.Context(), key, ranker, []string{question}, res, limit, ranking.ScoreThreshold)
+			}
+		}
 		if e != nil {
 			contracts.Write(w, e)
 			return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
@@ -57,9 +58,15 @@ func (rw *renderer) fileSearchCall(status string) map[string]any {
 	return call
 }
 
-// citations cite each retrieved file once, at the end of the answer, with
-// the pages the retrieved text came from.
-func (rw *renderer) citations(textLen int) []citation {
+// citations places the answer's file_citation annotations at the
+// sentences they support (placeCitations, cite.go); an answer none of
+// whose sentences is supported cites each retrieved file once, at its end,
+// with the pages the retrieved text came from.
+func (rw *renderer) citations(text string) []citation {
+	if out := placeCitations(text, rw.results); len(out) > 0 {
+		return out
+	}
+	textLen := utf8.RuneCountInString(text)
 	var out []citation
 	seen := map[string]int{}
 	for _, r := range rw.results {
@@ -69,7 +76,7 @@ func (rw *renderer) citations(textLen int) []citation {
 			seen[r.FileID] = i
 			out = append(out, citation{Type: "file_citation", Index: textLen, FileID: r.FileID, Filename: r.Filename})
 		}
-		if p, ok := r.Attributes["page"].(int); ok {
+		for _, p := range r.Pages {
 			out[i].Pages = appendUnique(out[i].Pages, p)
 		}
 	}
@@ -117,7 +124,7 @@ func (rw *renderer) finished(output []map[string]any, usage map[string]any) map[
 
 func (rw *renderer) message(text, status string) map[string]any {
 	return map[string]any{"type": "message", "id": "msg_" + rw.id[5:], "status": status, "role": "assistant",
-		"content": []map[string]any{{"type": "output_text", "text": text, "annotations": rw.citations(len(text)), "logprobs": []any{}}}}
+		"content": []map[string]any{{"type": "output_text", "text": text, "annotations": rw.citations(text), "logprobs": []any{}}}}
 }
 
 func (rw *renderer) response(status string, output []map[string]any, usage map[string]any) map[string]any {

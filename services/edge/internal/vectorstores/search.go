@@ -70,6 +70,11 @@ type Result struct {
 	Score      float64          `json:"score"`
 	Attributes map[string]any   `json:"attributes"`
 	Content    []map[string]any `json:"content"`
+	// Pages are the chunk's pages; PageSpans, when known, where each
+	// page's text lies in Text (vectorstore.SplitPages), for citations
+	// narrowed to the sentences they cite.
+	Pages     []int                  `json:"-"`
+	PageSpans []vectorstore.PageSpan `json:"-"`
 }
 
 // Text is the result's text.
@@ -170,8 +175,9 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 		if len(h.HeadingPath) > 0 {
 			attrs["heading_path"] = strings.Join(h.HeadingPath, " > ")
 		}
+		text, spans := vectorstore.SplitPages(h.Text, h.Pages)
 		out = append(out, Result{FileID: h.FileID, Filename: name, Score: h.Score, Attributes: attrs,
-			Content: []map[string]any{{"type": "text", "text": h.Text}}})
+			Content: []map[string]any{{"type": "text", "text": text}}, Pages: h.Pages, PageSpans: spans})
 	}
 	return out, nil
 }
@@ -206,7 +212,25 @@ func (s *Service) searchVectorStore(w http.ResponseWriter, r *http.Request, k *r
 		contracts.Write(w, e)
 		return
 	}
-	results, e := s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, ranking)
+	ranker := ""
+	if ro := req.RankingOptions; ro != nil {
+		if ranker, e = s.Ranker(k, ro.Ranker, "ranking_options.ranker"); e != nil {
+			contracts.Write(w, e)
+			return
+		}
+	}
+	var results []Result
+	if ranker == "" {
+		results, e = s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, limit, ranking)
+	} else {
+		// The threshold applies to the rerank scores, not to the
+		// candidates'.
+		first := ranking
+		first.ScoreThreshold = 0
+		if results, e = s.searchStores(r.Context(), k.Tenant, []VectorStore{vs}, queries, req.Filters, RerankCandidates(limit), first); e == nil {
+			results, e = s.Rerank(r.Context(), k, ranker, queries, results, limit, ranking.ScoreThreshold)
+		}
+	}
 	if e != nil {
 		contracts.Write(w, e)
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/directory"
 	"github.com/aiforge/aiforge/pkg/events"
@@ -38,7 +39,11 @@ type Deps struct {
 	Storage bool
 	JS      jetstream.JetStream
 	// NC asks the retriever.
-	NC         *nats.Conn
+	NC *nats.Conn
+	// Rerank calls rerank models for the rerank stage of searches
+	// (rerank.NewClient, on the rerank subject family); nil: no rerank
+	// model can be a ranker.
+	Rerank     *bridge.Client
 	Logger     *slog.Logger
 	InstanceID string
 }

@@ -33,10 +33,11 @@ const (
 	Chat Endpoint = iota
 	Completions
 	Embeddings
+	Rerank
 	NumEndpoints
 )
 
-var endpointNames = [NumEndpoints]string{events.EndpointChatCompletions, events.EndpointCompletions, events.EndpointEmbeddings}
+var endpointNames = [NumEndpoints]string{events.EndpointChatCompletions, events.EndpointCompletions, events.EndpointEmbeddings, events.EndpointRerank}
 
 // String is the endpoint's name in usage events.
 func (e Endpoint) String() string { return endpointNames[e] }
@@ -189,8 +190,12 @@ type Config struct {
 	// Served is the model name clients ask for; answers carry it.
 	Served string
 	// Engine is the binding: BaseURL (ends with /v1, no trailing slash),
-	// Model (the upstream name), APIKey (optional).
+	// Model (the upstream name), APIKey (optional), RerankAPI (a rerank
+	// model's protocol).
 	Engine registry.Engine
+	// Kind is the model's kind (registry.ModelKindRerank: the engine
+	// serves rerank only, in Engine.RerankAPI's protocol).
+	Kind string
 	// RequestTimeout bounds one forwarded request; required.
 	// Engine.RequestTimeout, when set, takes its place.
 	RequestTimeout time.Duration
@@ -241,7 +246,10 @@ func New(cfg Config) *Client {
 		c.itl = noObserver{}
 	}
 	base := cfg.Engine.BaseURL
-	c.urls = [...]string{base + "/chat/completions", base + "/completions", base + "/embeddings"}
+	c.urls = [...]string{base + "/chat/completions", base + "/completions", base + "/embeddings", base + "/rerank"}
+	if cfg.Engine.RerankAPI == registry.RerankAPITEI {
+		c.urls[Rerank] = strings.TrimSuffix(base, "/v1") + "/rerank"
+	}
 	c.modelsURL = base + "/models"
 	if cfg.Engine.APIKey != "" {
 		c.authHeader = "Bearer " + cfg.Engine.APIKey
@@ -343,6 +351,9 @@ func (c *Client) Verify(ctx context.Context) (Report, error) {
 // listModels checks that the engine lists the upstream model, and returns
 // the context length it lists it with (vLLM's max_model_len), if any.
 func (c *Client) listModels(ctx context.Context) (int, error) {
+	if c.teiRerank() {
+		return c.teiInfo(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	served := c.cfg.Served
@@ -409,7 +420,10 @@ func (c *Client) probeKey(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	order := []Endpoint{Chat, Embeddings}
-	if c.cfg.Engine.MaxInputTokens > 0 {
+	switch {
+	case c.IsReranker():
+		order = []Endpoint{Rerank}
+	case c.cfg.Engine.MaxInputTokens > 0:
 		order = []Endpoint{Embeddings, Chat}
 	}
 	served := c.cfg.Served

@@ -175,6 +175,8 @@ func promptParam(ep Endpoint) string {
 		return "prompt"
 	case Embeddings:
 		return "input"
+	case Rerank:
+		return "documents"
 	}
 	return "messages"
 }

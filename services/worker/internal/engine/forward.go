@@ -106,6 +106,10 @@ func (c *Call) sendFailed(ctx context.Context, w *bridge.ResponseWriter, err err
 // recording in c how it ended, the usage the engine reported and the
 // stream's timings; it always sends the final frame.
 func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter) {
+	if c.Endpoint == Rerank {
+		ec.forwardRerank(ctx, c, w)
+		return
+	}
 	body, b64, err := ec.rewriteRequest(c.Req, c.Endpoint, c.Stream)
 	if err != nil {
 		e := contracts.ErrBadRequest("", contracts.CodeInvalidJSON, "The request body is not a JSON object: "+err.Error())
