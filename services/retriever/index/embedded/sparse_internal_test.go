@@ -2,6 +2,9 @@ package embedded
 
 import (
 	"context"
+	"maps"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/aiforge/aiforge/pkg/lexical"
@@ -192,5 +195,88 @@ func TestWeightedFusion(t *testing.T) {
 	}
 	if _, err := e.Search(ctx, index.Query{Tenant: "a", Dense: []float32{1, 0}, Fusion: index.Fusion{Method: "max"}}); err == nil {
 		t.Fatal("unknown fusion accepted")
+	}
+}
+
+// feedbackCorpus: one chunk says it in the user's words ("stop ... upgraded"), one only in the document's
+// ("hold", "apt-mark"), the rest are about other things; "system" is in most chunks.
+func feedbackCorpus(t *testing.T) *Index {
+	t.Helper()
+	e := openT(t, Config{Dir: t.TempDir()})
+	err := e.Upsert(context.Background(), []index.Chunk{
+		textChunk("a", "words", 0, "To stop a package from being upgraded on your system, put it on hold with apt-mark."),
+		textChunk("a", "vocab", 0, "apt-mark hold keeps a package at its installed version; apt-mark unhold releases the hold."),
+		textChunk("a", "printer", 0, "Printers are configured with CUPS on this system through its web interface."),
+		textChunk("a", "keyboard", 0, "The keyboard layout of the system console is chosen with dpkg-reconfigure."),
+		textChunk("a", "sound", 0, "Sound cards are detected by the kernel when the system boots."),
+		textChunk("a", "network", 0, "Network interfaces are configured in a file under /etc."),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestFeedbackFindsTheDocumentsVocabulary: pseudo-relevance feedback adds the vocabulary of the best
+// first-pass results, so a chunk that shares no word with the query but states the same thing in the
+// document's terms is found, below the chunk in the user's words; chunks on other subjects still are not.
+func TestFeedbackFindsTheDocumentsVocabulary(t *testing.T) {
+	e := feedbackCorpus(t)
+	defer e.Close()
+	ids := sparseIDs(t, e, weighted("stop upgrades"))
+	if len(ids) != 2 || ids[0] != "words" || ids[1] != "vocab" {
+		t.Fatalf("ranking with feedback = %v, want [words vocab]", ids)
+	}
+	plain := index.Query{Tenant: "a", Scoring: index.ScoringBM25}
+	plain.Terms, _ = an.TermFreqs("stop upgrades")
+	if ids := sparseIDs(t, e, plain); len(ids) != 1 || ids[0] != "words" {
+		t.Fatalf("plain BM25 (no feedback) = %v, want only the chunk in the user's words", ids)
+	}
+}
+
+// TestFeedbackWeights: the expansion keeps the user's terms at feedbackOriginal of their weight, adds terms
+// of the feedback documents that share the rest of the query's total weight, never a term found in more than
+// feedbackMaxDF of the documents, and is the same on every call.
+func TestFeedbackWeights(t *testing.T) {
+	e := feedbackCorpus(t)
+	defer e.Close()
+	q := weighted("stop upgrades")
+	p, err := index.PrepareQuery(index.Query{Tenant: "a", Mode: index.ModeSparse, TermWeights: q.TermWeights, Ordered: q.Ordered}, e.dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := e.tenants["a"]
+	tie := func(a, b uint32) int { return strings.Compare(tn.docs[a].c.ID, tn.docs[b].c.ID) }
+	out, _ := e.sparsePass(tn, &p, p.Weights, tie)
+	w := tn.feedback(out, p.Weights)
+	if w == nil {
+		t.Fatal("no expansion")
+	}
+	var sumOrig, sum float64
+	for term, v := range p.Weights {
+		sumOrig += v
+		if got := w[term]; math.Abs(got-feedbackOriginal*v) > 1e-9 {
+			t.Errorf("user term %q weight %v, want %v", term, got, feedbackOriginal*v)
+		}
+	}
+	for _, v := range w {
+		sum += v
+	}
+	if math.Abs(sum-sumOrig) > 1e-9 {
+		t.Errorf("total weight %v, want the query's %v", sum, sumOrig)
+	}
+	if _, ok := w["hold"]; !ok {
+		t.Errorf("expansion %v lacks the feedback document's %q", w, "hold")
+	}
+	if _, ok := w["system"]; ok {
+		t.Errorf("expansion %v has %q, found in most documents", w, "system")
+	}
+	if len(w) > len(p.Weights)+feedbackTerms {
+		t.Errorf("%d terms added, at most %d", len(w)-len(p.Weights), feedbackTerms)
+	}
+	for range 5 {
+		if again := tn.feedback(out, p.Weights); !maps.Equal(again, w) {
+			t.Fatalf("expansion differs between calls: %v, then %v", w, again)
+		}
 	}
 }
