@@ -123,7 +123,7 @@ func (c Config) Validate() error {
 	switch c.Kind {
 	case registry.ModelKindGenerate, registry.ModelKindRerank:
 	default:
-		errs = append(errs, fmt.Errorf("Kind %q is not a model kind", c.Kind))
+		errs = append(errs, fmt.Errorf("worker config: kind %q is not a model kind", c.Kind))
 	}
 	if c.Engine.MaxConcurrency < 0 {
 		errs = append(errs, errors.New("Engine.MaxConcurrency must not be negative"))

@@ -177,7 +177,7 @@ func TestCutStreamRunningCount(t *testing.T) {
 // 500 is retried.
 func TestOllamaErrors(t *testing.T) {
 	h := newHarness(t)
-	var status int
+	status := http.StatusOK // the worker's probes before the first case
 	var answer string
 	calls := make(chan struct{}, 16)
 	base := fakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
