@@ -231,6 +231,8 @@ func (e *Index) open() error {
 	}
 	e.dirLock = lock
 	if err := e.load(); err != nil {
+		_ = e.vecs.close()
+		e.vecs = nil
 		lock.Close()
 		return err
 	}
@@ -241,6 +243,7 @@ func (e *Index) load() error {
 	start := time.Now()
 	dir := e.cfg.Dir
 	_ = os.Remove(filepath.Join(dir, snapshotName+".tmp"))
+	_ = os.Remove(filepath.Join(dir, vectorsName)) // a crashed process's scratch file: rebuilt below
 	from := uint64(0)
 	hasSnap := false
 	if f, err := os.Open(filepath.Join(dir, snapshotName)); err == nil {
@@ -387,7 +390,9 @@ func (e *Index) applyRecord(payload []byte) error {
 				}
 			}
 		}
-		e.applyUpsert(chunks)
+		if err := e.applyUpsert(chunks); err != nil {
+			return err
+		}
 	case walDeleteFile, walDeleteStore:
 		tenantID, storeID := d.Str(), d.Str()
 		fileID := ""
@@ -507,7 +512,11 @@ func (e *Index) readSnapshot(f *os.File) (walGen uint64, err error) {
 			}
 		}
 		if d.Byte() == 1 {
-			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64())
+			store, err := e.vectorStore(t)
+			if err != nil {
+				return 0, err
+			}
+			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64(), store)
 		}
 		if d.Err != nil {
 			return 0, d.Err

@@ -61,3 +61,65 @@ done:
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
+
+// func dotI8AVX2(a, b *int8, n int) int32
+// Sign-extends 16 bytes of each code to 16 words (VPMOVSXBW), multiplies and adds pairs into 8 dwords
+// (VPMADDWD: |products| ≤ 2·127² fit easily), accumulates in two registers.
+TEXT ·dotI8AVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+i8loop32:
+	CMPQ CX, $32
+	JL   i8loop16
+	VPMOVSXBW (SI), Y2
+	VPMOVSXBW (DI), Y3
+	VPMADDWD  Y3, Y2, Y2
+	VPADDD    Y2, Y0, Y0
+	VPMOVSXBW 16(SI), Y4
+	VPMOVSXBW 16(DI), Y5
+	VPMADDWD  Y5, Y4, Y4
+	VPADDD    Y4, Y1, Y1
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $32, CX
+	JMP  i8loop32
+
+i8loop16:
+	CMPQ CX, $16
+	JL   i8reduce
+	VPMOVSXBW (SI), Y2
+	VPMOVSXBW (DI), Y3
+	VPMADDWD  Y3, Y2, Y2
+	VPADDD    Y2, Y0, Y0
+	ADDQ $16, SI
+	ADDQ $16, DI
+	SUBQ $16, CX
+
+i8reduce:
+	VPADDD       Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD       X1, X0, X0
+	VPHADDD      X0, X0, X0
+	VPHADDD      X0, X0, X0
+	VMOVD        X0, AX
+
+i8tail:
+	CMPQ CX, $0
+	JE   i8done
+	MOVBLSX (SI), R8
+	MOVBLSX (DI), R9
+	IMULL R9, R8
+	ADDL  R8, AX
+	INCQ SI
+	INCQ DI
+	DECQ CX
+	JMP  i8tail
+
+i8done:
+	VZEROUPPER
+	MOVL AX, ret+24(FP)
+	RET
