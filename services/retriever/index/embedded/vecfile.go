@@ -27,13 +27,13 @@ const (
 )
 
 type vecFile struct {
-	f     *os.File
-	path  string
-	row   int64 // bytes per vector
-	mu    sync.Mutex
-	next  int64   // extents handed out so far
-	free  []int64 // extents given back
-	err   atomic.Pointer[error]
+	f    *os.File
+	path string
+	row  int64 // bytes per vector
+	mu   sync.Mutex
+	next int64   // extents handed out so far
+	free []int64 // extents given back
+	err  atomic.Pointer[error]
 }
 
 func createVecFile(dir string, dim int) (*vecFile, error) {
