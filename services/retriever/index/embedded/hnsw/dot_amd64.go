@@ -22,7 +22,8 @@ func Dot(a, b []float32) float32 {
 	return dotGeneric(a, b)
 }
 
-// DotI8 returns the integer inner product of two equally long int8 codes.
+// DotI8 returns the integer inner product of two equally long int8 codes with values in [-127, 127] (what
+// Quantize writes; -128 is not supported).
 func DotI8(a, b []int8) int32 {
 	if hasAVX2FMA && len(a) > 0 {
 		b = b[:len(a)]

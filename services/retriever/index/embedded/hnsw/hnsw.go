@@ -90,12 +90,12 @@ type Graph struct {
 	// vectors live in the store and the graph keeps an int8 code and a scale per node.
 	store  VectorStore
 	vecs   []float32 // node n at [n*dim, (n+1)*dim); nil when quantized
-	codes  []int8    // quantized: node n at [n*dim, (n+1)*dim)
+	codes  [][]int8  // quantized: pages of pageNodes codes; node n in page n/pageNodes
 	scales []float32 // quantized: node n's scale
 	levels []uint8
 	labels []uint32
 	state  []uint8
-	l0     []int32   // node n at [n*(m0+1)]: count, then up to m0 links
+	l0     [][]int32 // pages of pageNodes blocks of (m0+1): count, then up to m0 links
 	up     [][]int32 // node n: levels[n] blocks of (m+1): count, then up to m links
 	locks  []sync.Mutex
 
@@ -136,9 +136,24 @@ func (g *Graph) vec(n int32) []float32 {
 	return g.vecs[o : o+g.dim : o+g.dim]
 }
 
+// The codes and the layer-0 links grow by pages of pageNodes nodes rather than by append: no doubling copies
+// (no transient 2× while a million-node graph grows) and at most one page of unused capacity.
+const pageShift = 10
+const pageNodes = 1 << pageShift
+
 func (g *Graph) code(n int32) []int8 {
-	o := int(n) * g.dim
-	return g.codes[o : o+g.dim : o+g.dim]
+	o := int(n&(pageNodes-1)) * g.dim
+	return g.codes[n>>pageShift][o : o+g.dim : o+g.dim]
+}
+
+// grow adds the pages that node n needs.
+func (g *Graph) grow(n int32) {
+	for int(n>>pageShift) >= len(g.l0) {
+		g.l0 = append(g.l0, make([]int32, pageNodes*(g.m0+1)))
+	}
+	for g.store != nil && int(n>>pageShift) >= len(g.codes) {
+		g.codes = append(g.codes, make([]int8, pageNodes*g.dim))
+	}
 }
 
 // Vector copies the full-precision vector of node n into dst (dim long), from memory or from the store.
@@ -218,8 +233,8 @@ func (g *Graph) randomLevel() int {
 // links returns the stored link block of n at layer l (count in [0], links after it).
 func (g *Graph) block(n int32, l int) []int32 {
 	if l == 0 {
-		o := int(n) * (g.m0 + 1)
-		return g.l0[o : o+g.m0+1 : o+g.m0+1]
+		o := int(n&(pageNodes-1)) * (g.m0 + 1)
+		return g.l0[n>>pageShift][o : o+g.m0+1 : o+g.m0+1]
 	}
 	o := (l - 1) * (g.m + 1)
 	return g.up[n][o : o+g.m+1 : o+g.m+1]
@@ -261,8 +276,8 @@ func (g *Graph) alloc(v []float32, label uint32, level int) (int32, error) {
 		clear(g.block(n, 0))
 	} else {
 		n = int32(len(g.levels))
+		g.grow(n)
 		if g.store != nil {
-			g.codes = append(g.codes, make([]int8, g.dim)...)
 			g.scales = append(g.scales, Quantize(v, g.code(n)))
 		} else {
 			g.vecs = append(g.vecs, v...)
@@ -270,7 +285,6 @@ func (g *Graph) alloc(v []float32, label uint32, level int) (int32, error) {
 		g.levels = append(g.levels, uint8(level))
 		g.labels = append(g.labels, label)
 		g.state = append(g.state, nodeLive)
-		g.l0 = append(g.l0, make([]int32, g.m0+1)...)
 		g.up = append(g.up, nil)
 		if len(g.locks) < len(g.levels) {
 			// Fresh mutexes: nothing is locked while the graph grows, so nothing needs copying.

@@ -68,7 +68,6 @@ func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64, store VectorStor
 	}
 	var buf []float32
 	if store != nil {
-		g.codes = make([]int8, n*dim)
 		g.scales = make([]float32, n)
 		buf = make([]float32, dim)
 	} else {
@@ -77,7 +76,9 @@ func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64, store VectorStor
 	g.levels = make([]uint8, n)
 	g.labels = make([]uint32, n)
 	g.state = make([]uint8, n)
-	g.l0 = make([]int32, n*(g.m0+1))
+	if n > 0 {
+		g.grow(int32(n - 1))
+	}
 	g.up = make([][]int32, n)
 	g.locks = make([]sync.Mutex, n+64)
 	readLinks := func(node int32, l int) {
