@@ -29,8 +29,9 @@ type Config struct {
 	// Dim fixes the dense dimension; 0 lets the first stored vector decide (the choice is persisted).
 	Dim  int
 	HNSW hnsw.Config
-	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB). Bigger means fewer snapshot pauses
-	// for writers but a longer replay after a crash (replay re-inserts into the graph).
+	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB), or a quarter of the last
+	// snapshot's size when that is larger. Bigger means fewer snapshot pauses for writers but a longer replay
+	// after a crash (replay re-inserts into the graph).
 	SnapshotBytes int64
 	// ExactSearchMax: a dense search whose candidate set (the tenant, or the chunks its filter admits) has at most
 	// this many chunks is answered by exact brute force instead of the graph (default 2048).
@@ -92,6 +93,7 @@ type Index struct {
 	writeMu sync.Mutex // serialises mutations, snapshots and Close
 	wal     *walWriter // nil once closed
 	broken  error      // set when the WAL is in an unknown state; all writes fail after it
+	snapLen int64      // size of the last snapshot written or loaded (see maybeSnapshot)
 	dirLock interface{ Close() error }
 
 	mu      sync.RWMutex // guards the state below

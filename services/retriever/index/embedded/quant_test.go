@@ -201,3 +201,43 @@ func TestVecFileSegments(t *testing.T) {
 	}
 	os.Remove(vf.path)
 }
+
+// TestSnapshotWaitsForAQuarterOfTheState: once a snapshot exists, the next one waits for a WAL of a quarter of its
+// size even when SnapshotBytes is smaller, so large indexes are not rewritten after every SnapshotBytes of log.
+func TestSnapshotWaitsForAQuarterOfTheState(t *testing.T) {
+	ctx := context.Background()
+	e := openT(t, Config{Dir: t.TempDir(), SnapshotBytes: 1 << 10, Seed: 2})
+	defer e.Close()
+	gen := newClustered(1, 64, 10)
+	next := 0
+	upsert := func(n int) {
+		var batch []index.Chunk
+		for range n {
+			batch = append(batch, index.Chunk{ID: fmt.Sprintf("c%d", next), Tenant: "t", StoreID: "s", FileID: "f",
+				Text: "some text", Dense: gen.next()})
+			next++
+		}
+		if err := e.Upsert(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upsert(500) // one record far above SnapshotBytes: snapshot
+	gen1 := e.wal.gen
+	if gen1 < 2 || e.snapLen < 100<<10 {
+		t.Fatalf("no snapshot after a large write (generation %d, snapshot %d bytes)", gen1, e.snapLen)
+	}
+	// Records above SnapshotBytes but, together, below a quarter of the snapshot: no new snapshot.
+	for e.wal.size+2<<10 < e.snapLen/4 {
+		upsert(5)
+		if e.wal.gen != gen1 {
+			t.Fatalf("snapshot after %d bytes of WAL, a snapshot of %d bytes exists", e.wal.size, e.snapLen)
+		}
+	}
+	for range 100 {
+		upsert(5)
+		if e.wal.gen != gen1 {
+			return
+		}
+	}
+	t.Fatalf("no snapshot with %d bytes of WAL (snapshot %d bytes)", e.wal.size, e.snapLen)
+}
