@@ -30,12 +30,18 @@ type Config struct {
 	// Dim fixes the dense dimension; 0 lets the first stored vector decide (the choice is persisted).
 	Dim  int
 	HNSW hnsw.Config
-	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB). Bigger means fewer snapshot pauses
-	// for writers but a longer replay after a crash (replay re-inserts into the graph).
+	// SnapshotBytes is the WAL size that triggers a snapshot (default 64 MiB), or a quarter of the last
+	// snapshot's size when that is larger. Bigger means fewer snapshot pauses for writers but a longer replay
+	// after a crash (replay re-inserts into the graph).
 	SnapshotBytes int64
 	// ExactSearchMax: a dense search whose candidate set (the tenant, or the chunks its filter admits) has at most
 	// this many chunks is answered by exact brute force instead of the graph (default 2048).
 	ExactSearchMax int
+	// FloatVectorsInMemory keeps every full-precision vector on the Go heap and searches with float32 distances
+	// (4 bytes per dimension per chunk in memory). By default (false) the graphs keep int8 codes (1 byte per
+	// dimension) and search with them, the float32 vectors live in a scratch file in Dir (see vecfile.go) and the
+	// best HNSW.Rescore × k candidates of each search are rescored with them.
+	FloatVectorsInMemory bool
 	// Seed seeds the HNSW level generator (0: random). Tests set it for reproducible graphs.
 	Seed   uint64
 	Logger *slog.Logger
@@ -88,6 +94,7 @@ type Index struct {
 	writeMu sync.Mutex // serialises mutations, snapshots and Close
 	wal     *walWriter // nil once closed
 	broken  error      // set when the WAL is in an unknown state; all writes fail after it
+	snapLen int64      // size of the last snapshot written or loaded (see maybeSnapshot)
 	dirLock interface{ Close() error }
 
 	mu      sync.RWMutex // guards the state below
@@ -95,6 +102,7 @@ type Index struct {
 	dim     int
 	tenants map[string]*tenant
 	rng     *rand.Rand // graph seeds
+	vecs    *vecFile   // full-precision vectors of the quantized graphs; created with the first graph
 
 	accPool sync.Pool // *accumulator for BM25 scoring
 }
@@ -114,7 +122,8 @@ type tenant struct {
 	termIdx          map[string]int32
 	terms            []termPostings
 	graph            *hnsw.Graph
-	deadDocs         int // nil entries in docs
+	vseg             *vecSeg // the graph's vectors, when quantized
+	deadDocs         int     // nil entries in docs
 }
 
 type storeDocs struct {
@@ -240,8 +249,30 @@ func (e *Index) newTenant() *tenant {
 	}
 }
 
-func (e *Index) newGraph() *hnsw.Graph {
-	return hnsw.New(e.dim, e.cfg.HNSW, e.rng.Uint64())
+// vectorStore returns a new segment of the vector file for a graph, or nil (a nil interface) when vectors stay
+// in memory. Caller holds mu exclusively (or is loading).
+func (e *Index) vectorStore(t *tenant) (hnsw.VectorStore, error) {
+	if e.cfg.FloatVectorsInMemory {
+		return nil, nil
+	}
+	if e.vecs == nil {
+		f, err := createVecFile(e.cfg.Dir, e.dim)
+		if err != nil {
+			return nil, err
+		}
+		e.vecs = f
+	}
+	t.vseg.release()
+	t.vseg = &vecSeg{file: e.vecs}
+	return t.vseg, nil
+}
+
+func (e *Index) newGraph(t *tenant) (*hnsw.Graph, error) {
+	store, err := e.vectorStore(t)
+	if err != nil {
+		return nil, err
+	}
+	return hnsw.New(e.dim, e.cfg.HNSW, e.rng.Uint64(), store), nil
 }
 
 // Upsert implements Index.
@@ -270,7 +301,11 @@ func (e *Index) Upsert(ctx context.Context, chunks []index.Chunk) error {
 	if err := e.appendWAL(enc.Buf); err != nil {
 		return err
 	}
-	e.applyUpsert(prepared)
+	if err := e.applyUpsert(prepared); err != nil {
+		// Logged but not applied in full (the vector file failed): reopening replays the log.
+		e.broken = err
+		return fmt.Errorf("embedded index: upsert logged but not applied (reopen to recover): %w", err)
+	}
 	return e.maybeSnapshot()
 }
 
@@ -381,8 +416,9 @@ func (e *Index) writable() error {
 // applyBatch bounds how long one mutation holds the state lock, so searches interleave with a large upsert.
 const applyBatch = 128
 
-// applyUpsert applies prepared chunks, releasing the state lock between sub-batches.
-func (e *Index) applyUpsert(chunks []index.Chunk) {
+// applyUpsert applies prepared chunks, releasing the state lock between sub-batches. An error is the vector
+// file's.
+func (e *Index) applyUpsert(chunks []index.Chunk) error {
 	for start := 0; start < len(chunks); start += applyBatch {
 		part := chunks[start:min(len(chunks), start+applyBatch)]
 		e.mu.Lock()
@@ -409,13 +445,17 @@ func (e *Index) applyUpsert(chunks []index.Chunk) {
 				t = e.newTenant()
 				e.tenants[name] = t
 			}
-			e.upsertTenant(t, byTenant[name])
+			if err := e.upsertTenant(t, byTenant[name]); err != nil {
+				e.mu.Unlock()
+				return err
+			}
 		}
 		e.mu.Unlock()
 	}
+	return nil
 }
 
-func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) {
+func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) error {
 	vacuum := false
 	for _, c := range chunks {
 		if num, ok := t.byID[c.ID]; ok {
@@ -448,11 +488,15 @@ func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) {
 			labels = append(labels, num)
 		}
 	}
+	var err error
 	if len(vecs) > 0 {
 		if t.graph == nil {
-			t.graph = e.newGraph()
+			if t.graph, err = e.newGraph(t); err != nil {
+				return err
+			}
 		}
-		ids := t.graph.Add(vecs, labels)
+		var ids []int32
+		ids, err = t.graph.Add(vecs, labels)
 		for i, id := range ids {
 			t.docs[labels[i]].node = id
 		}
@@ -461,6 +505,7 @@ func (e *Index) upsertTenant(t *tenant, chunks []*index.Chunk) {
 		t.graph.Vacuum()
 	}
 	t.maybeCompact()
+	return err
 }
 
 // removeDoc deletes doc num from every structure; it reports whether the graph wants a vacuum.
@@ -586,6 +631,7 @@ func (e *Index) applyDelete(tenantID, storeID, fileID string) {
 		vacuum = t.removeDoc(num) || vacuum
 	}
 	if t.live == 0 {
+		t.vseg.release()
 		delete(e.tenants, tenantID)
 		return
 	}
@@ -618,7 +664,11 @@ func (e *Index) Search(ctx context.Context, q index.Query) ([]index.Hit, error) 
 	var weights []float64
 	var absolute []bool
 	if p.UseDense {
-		lists = append(lists, e.denseSearch(t, &p, tie))
+		dense, err := e.denseSearch(t, &p, tie)
+		if err != nil {
+			return nil, err
+		}
+		lists = append(lists, dense)
 		weights, absolute = append(weights, p.Fusion.DenseWeight), append(absolute, true)
 	}
 	if p.UseSparse {
@@ -686,18 +736,18 @@ func (t *tenant) estimateAdmitted(p *index.PreparedQuery) int {
 	return (ok*t.live + seen - 1) / seen
 }
 
-func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uint32) int) []index.Ranked[uint32] {
+func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uint32) int) ([]index.Ranked[uint32], error) {
 	g := t.graph
 	if g == nil || g.Live() == 0 {
-		return nil
+		return nil, nil
 	}
 	k := p.CandidateLimit
 	if !p.Filtered() {
 		if g.Live() <= e.cfg.ExactSearchMax {
 			return t.exactDense(p, k, false, tie)
 		}
-		res, _ := g.Search(p.UnitDense, k, e.cfg.HNSW.EfSearch, nil, 0)
-		return fromGraph(res)
+		res, _, err := g.Search(p.UnitDense, k, e.cfg.HNSW.EfSearch, nil, 0)
+		return fromGraph(res), err
 	}
 	est := t.estimateAdmitted(p)
 	if est <= e.cfg.ExactSearchMax {
@@ -708,11 +758,14 @@ func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uin
 	ef := e.cfg.HNSW.EfSearch
 	sel := float64(est) / float64(g.Live())
 	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.M0()*max(ef, k)
-	res, complete := g.Search(p.UnitDense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
+	res, complete, err := g.Search(p.UnitDense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
+	if err != nil {
+		return nil, err
+	}
 	if !complete || (len(res) < k && est >= k) {
 		return t.exactDense(p, k, true, tie)
 	}
-	return fromGraph(res)
+	return fromGraph(res), nil
 }
 
 func fromGraph(res []hnsw.Result) []index.Ranked[uint32] {
@@ -723,17 +776,23 @@ func fromGraph(res []hnsw.Result) []index.Ranked[uint32] {
 	return out
 }
 
-// exactDense scores every admitted document by brute force.
-func (t *tenant) exactDense(p *index.PreparedQuery, k int, filtered bool, tie func(a, b uint32) int) []index.Ranked[uint32] {
+// exactDense scores every admitted document by brute force. A quantized graph scores them with the int8 codes
+// and rescores the best RescoreFactor × k with the full-precision vectors, like its graph search.
+func (t *tenant) exactDense(p *index.PreparedQuery, k int, filtered bool, tie func(a, b uint32) int) ([]index.Ranked[uint32], error) {
 	g := t.graph
+	sc := g.NewScorer(p.UnitDense)
+	keep := k
+	if g.Quantized() {
+		keep = k * g.RescoreFactor()
+	}
 	var top topK
-	top.init(k, tie)
+	top.init(keep, tie)
 	score := func(num uint32) {
 		d := t.docs[num]
 		if d == nil || d.node < 0 || (filtered && !t.admits(p, num)) {
 			return
 		}
-		top.offer(num, float64(hnsw.Dot(p.UnitDense, g.Vec(d.node))))
+		top.offer(num, float64(sc.Approx(d.node)))
 	}
 	if p.Stores != nil {
 		for s := range p.Stores {
@@ -750,7 +809,19 @@ func (t *tenant) exactDense(p *index.PreparedQuery, k int, filtered bool, tie fu
 			score(uint32(num))
 		}
 	}
-	return top.sorted()
+	if !g.Quantized() {
+		return top.sorted(), nil
+	}
+	var exact topK
+	exact.init(k, tie)
+	for _, r := range top.heap {
+		s, err := sc.Exact(t.docs[r.Key].node)
+		if err != nil {
+			return nil, err
+		}
+		exact.offer(r.Key, float64(s))
+	}
+	return exact.sorted(), nil
 }
 
 // BM25F fields: the chunk text, its own heading, the headings above it. A term in the chunk's own heading
@@ -1121,8 +1192,8 @@ func (e *Index) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, e.wal.close(), e.dirLock.Close())
-	e.wal = nil
+	errs = append(errs, e.wal.close(), e.vecs.close(), e.dirLock.Close())
+	e.wal, e.vecs = nil, nil
 	e.mu.Lock()
 	e.closed = true
 	e.tenants = nil

@@ -32,6 +32,10 @@ func (e *Index) abandon() {
 	defer e.writeMu.Unlock()
 	e.wal.close()
 	e.wal = nil
+	if e.vecs != nil {
+		e.vecs.f.Close() // the scratch file stays behind, as after a crash
+		e.vecs = nil
+	}
 	e.dirLock.Close()
 	e.mu.Lock()
 	e.closed = true

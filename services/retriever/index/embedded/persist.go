@@ -89,7 +89,12 @@ func (e *Index) appendWAL(payload []byte) error {
 }
 
 func (e *Index) maybeSnapshot() error {
-	if e.wal.size < e.cfg.SnapshotBytes {
+	// A snapshot rewrites the whole state, so it waits for a WAL of at least a quarter of the last snapshot's
+	// size: snapshot writes stay proportional to what is written (about 5× it at most) instead of growing with
+	// the square of the index size (a million 384-dimensional chunks make a 1.6 GB snapshot; every 64 MiB of
+	// WAL would rewrite it 25 times over), and a crash replays at most max(SnapshotBytes, a quarter of the
+	// state) of log.
+	if e.wal.size < max(e.cfg.SnapshotBytes, e.snapLen/4) {
 		return nil
 	}
 	if err := e.snapshot(); err != nil {
@@ -135,6 +140,10 @@ func (e *Index) snapshot() error {
 	if err == nil {
 		err = f.Sync()
 	}
+	var snapLen int64
+	if st, serr := f.Stat(); serr == nil {
+		snapLen = st.Size()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -149,6 +158,7 @@ func (e *Index) snapshot() error {
 		return fmt.Errorf("embedded index: snapshot: %w", err)
 	}
 	removeOldWALs(e.cfg.Dir, next, e.log)
+	e.snapLen = snapLen
 	e.log.Info("snapshot written", "wal_generation", next, "took", time.Since(start))
 	return nil
 }
@@ -231,6 +241,8 @@ func (e *Index) open() error {
 	}
 	e.dirLock = lock
 	if err := e.load(); err != nil {
+		_ = e.vecs.close()
+		e.vecs = nil
 		lock.Close()
 		return err
 	}
@@ -241,6 +253,7 @@ func (e *Index) load() error {
 	start := time.Now()
 	dir := e.cfg.Dir
 	_ = os.Remove(filepath.Join(dir, snapshotName+".tmp"))
+	_ = os.Remove(filepath.Join(dir, vectorsName)) // a crashed process's scratch file: rebuilt below
 	from := uint64(0)
 	hasSnap := false
 	if f, err := os.Open(filepath.Join(dir, snapshotName)); err == nil {
@@ -387,7 +400,9 @@ func (e *Index) applyRecord(payload []byte) error {
 				}
 			}
 		}
-		e.applyUpsert(chunks)
+		if err := e.applyUpsert(chunks); err != nil {
+			return err
+		}
 	case walDeleteFile, walDeleteStore:
 		tenantID, storeID := d.Str(), d.Str()
 		fileID := ""
@@ -448,6 +463,7 @@ func (e *Index) readSnapshot(f *os.File) (walGen uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	e.snapLen = st.Size()
 	if st.Size() < int64(len(snapMagic))+4 {
 		return 0, fmt.Errorf("%w: snapshot too short", codec.ErrCorrupt)
 	}
@@ -496,7 +512,11 @@ func (e *Index) readSnapshot(f *os.File) (walGen uint64, err error) {
 			t.addDoc(num, t.docs[num])
 		}
 		if d.Byte() == 1 {
-			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64())
+			store, err := e.vectorStore(t)
+			if err != nil {
+				return 0, err
+			}
+			t.graph = hnsw.Decode(&d, e.dim, e.cfg.HNSW, e.rng.Uint64(), store)
 		}
 		if d.Err != nil {
 			return 0, d.Err

@@ -19,6 +19,9 @@ type Config struct {
 	M              int // links per node on the upper layers (layer 0 keeps 2M); default 16
 	EfConstruction int // candidate list size while inserting; default 200
 	EfSearch       int // candidate list size while searching (at least the number of results asked); default 128
+	// Rescore: a quantized graph (one with a VectorStore) rescores the best Rescore×k candidates of the int8
+	// search with the full-precision vectors; default 4.
+	Rescore int
 }
 
 // WithDefaults fills in the zero fields.
@@ -31,6 +34,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EfSearch == 0 {
 		c.EfSearch = 128
+	}
+	if c.Rescore == 0 {
+		c.Rescore = 4
 	}
 	return c
 }
@@ -46,6 +52,9 @@ func (c Config) Validate() error {
 	}
 	if c.EfSearch < 1 || c.EfSearch > 4096 {
 		errs = append(errs, fmt.Errorf("hnsw efSearch %d out of range 1-4096", c.EfSearch))
+	}
+	if c.Rescore < 1 || c.Rescore > 64 {
+		errs = append(errs, fmt.Errorf("hnsw rescore factor %d out of range 1-64", c.Rescore))
 	}
 	return errors.Join(errs...)
 }
@@ -75,12 +84,18 @@ type Graph struct {
 	dim, m, m0, efC int
 	ml              float64
 	rng             *rand.Rand
+	rescore         int
 
-	vecs   []float32 // node n at [n*dim, (n+1)*dim)
+	// Without a store the vectors live here and every distance is a float32 one. With a store (quantized) the
+	// vectors live in the store and the graph keeps an int8 code and a scale per node.
+	store  VectorStore
+	vecs   []float32 // node n at [n*dim, (n+1)*dim); nil when quantized
+	codes  [][]int8  // quantized: pages of pageNodes codes; node n in page n/pageNodes
+	scales []float32 // quantized: node n's scale
 	levels []uint8
 	labels []uint32
 	state  []uint8
-	l0     []int32   // node n at [n*(m0+1)]: count, then up to m0 links
+	l0     [][]int32 // pages of pageNodes blocks of (m0+1): count, then up to m0 links
 	up     [][]int32 // node n: levels[n] blocks of (m+1): count, then up to m links
 	locks  []sync.Mutex
 
@@ -94,22 +109,120 @@ type Graph struct {
 	visited sync.Pool
 }
 
-// New returns an empty graph for vectors of dim dimensions; seed drives the level generator.
-func New(dim int, cfg Config, seed uint64) *Graph {
+// New returns an empty graph for vectors of dim dimensions; seed drives the level generator. With a non-nil
+// store the graph is quantized: vectors go to the store, the graph keeps their int8 codes and searches with
+// them, rescoring the best candidates with the stored vectors. cfg must have its defaults filled in.
+func New(dim int, cfg Config, seed uint64, store VectorStore) *Graph {
 	return &Graph{
 		dim: dim, m: cfg.M, m0: 2 * cfg.M, efC: cfg.EfConstruction,
-		ml:    1 / math.Log(float64(cfg.M)),
-		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		entry: -1,
+		ml:      1 / math.Log(float64(cfg.M)),
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		rescore: max(1, cfg.Rescore),
+		store:   store,
+		entry:   -1,
 	}
 }
 
 func (g *Graph) nodes() int { return len(g.levels) }
 
-// Vec returns the stored (unit) vector of node n.
-func (g *Graph) Vec(n int32) []float32 {
+// Quantized reports whether the graph searches int8 codes (its vectors are in a VectorStore).
+func (g *Graph) Quantized() bool { return g.store != nil }
+
+// RescoreFactor is the multiple of k rescored with full-precision vectors by a quantized search.
+func (g *Graph) RescoreFactor() int { return g.rescore }
+
+func (g *Graph) vec(n int32) []float32 {
 	o := int(n) * g.dim
 	return g.vecs[o : o+g.dim : o+g.dim]
+}
+
+// The codes and the layer-0 links grow by pages of pageNodes nodes rather than by append: no doubling copies
+// (no transient 2× while a million-node graph grows) and at most one page of unused capacity.
+const pageShift = 10
+const pageNodes = 1 << pageShift
+
+func (g *Graph) code(n int32) []int8 {
+	o := int(n&(pageNodes-1)) * g.dim
+	return g.codes[n>>pageShift][o : o+g.dim : o+g.dim]
+}
+
+// grow adds the pages that node n needs.
+func (g *Graph) grow(n int32) {
+	for int(n>>pageShift) >= len(g.l0) {
+		g.l0 = append(g.l0, make([]int32, pageNodes*(g.m0+1)))
+	}
+	for g.store != nil && int(n>>pageShift) >= len(g.codes) {
+		g.codes = append(g.codes, make([]int8, pageNodes*g.dim))
+	}
+}
+
+// Vector copies the full-precision vector of node n into dst (dim long), from memory or from the store.
+func (g *Graph) Vector(n int32, dst []float32) error {
+	if g.store != nil {
+		return g.store.Get(n, dst)
+	}
+	copy(dst, g.vec(n))
+	return nil
+}
+
+// qvec is a vector ready for distance computations: float32, or an int8 code and its scale.
+type qvec struct {
+	f []float32
+	c []int8
+	s float32
+}
+
+func (g *Graph) nodeQ(n int32) qvec {
+	if g.store != nil {
+		return qvec{c: g.code(n), s: g.scales[n]}
+	}
+	return qvec{f: g.vec(n)}
+}
+
+func (g *Graph) queryQ(v []float32) qvec {
+	if g.store != nil {
+		c := make([]int8, g.dim)
+		return qvec{c: c, s: Quantize(v, c)}
+	}
+	return qvec{f: v}
+}
+
+// dist is 1 − the (approximate, when quantized) cosine of q and node n.
+func (g *Graph) dist(q qvec, n int32) float32 {
+	if q.c != nil {
+		return 1 - q.s*g.scales[n]*float32(DotI8(q.c, g.code(n)))
+	}
+	return 1 - Dot(q.f, g.vec(n))
+}
+
+// Scorer scores nodes against one query.
+type Scorer struct {
+	g *Graph
+	q qvec
+	v []float32
+	b []float32
+}
+
+// NewScorer prepares the unit query vector q.
+func (g *Graph) NewScorer(q []float32) *Scorer {
+	return &Scorer{g: g, q: g.queryQ(q), v: q}
+}
+
+// Approx returns the cosine of the query and node n: exact for a float graph, from the int8 codes otherwise.
+func (s *Scorer) Approx(n int32) float32 { return 1 - s.g.dist(s.q, n) }
+
+// Exact returns the cosine of the query and node n from the full-precision vector.
+func (s *Scorer) Exact(n int32) (float32, error) {
+	if s.g.store == nil {
+		return Dot(s.v, s.g.vec(n)), nil
+	}
+	if s.b == nil {
+		s.b = make([]float32, s.g.dim)
+	}
+	if err := s.g.store.Get(n, s.b); err != nil {
+		return 0, err
+	}
+	return Dot(s.v, s.b), nil
 }
 
 func (g *Graph) randomLevel() int {
@@ -120,8 +233,8 @@ func (g *Graph) randomLevel() int {
 // links returns the stored link block of n at layer l (count in [0], links after it).
 func (g *Graph) block(n int32, l int) []int32 {
 	if l == 0 {
-		o := int(n) * (g.m0 + 1)
-		return g.l0[o : o+g.m0+1 : o+g.m0+1]
+		o := int(n&(pageNodes-1)) * (g.m0 + 1)
+		return g.l0[n>>pageShift][o : o+g.m0+1 : o+g.m0+1]
 	}
 	o := (l - 1) * (g.m + 1)
 	return g.up[n][o : o+g.m+1 : o+g.m+1]
@@ -147,22 +260,31 @@ func (g *Graph) maxLinks(l int) int {
 	return g.m
 }
 
-// alloc reserves a node for v (exclusive access).
-func (g *Graph) alloc(v []float32, label uint32, level int) int32 {
+// alloc reserves a node for v (exclusive access). The node is allocated even when the store fails to write
+// its vector; the error is returned.
+func (g *Graph) alloc(v []float32, label uint32, level int) (int32, error) {
 	var n int32
 	if k := len(g.free); k > 0 {
 		n = g.free[k-1]
 		g.free = g.free[:k-1]
-		copy(g.Vec(n), v)
+		if g.store != nil {
+			g.scales[n] = Quantize(v, g.code(n))
+		} else {
+			copy(g.vec(n), v)
+		}
 		g.levels[n], g.labels[n], g.state[n] = uint8(level), label, nodeLive
 		clear(g.block(n, 0))
 	} else {
 		n = int32(len(g.levels))
-		g.vecs = append(g.vecs, v...)
+		g.grow(n)
+		if g.store != nil {
+			g.scales = append(g.scales, Quantize(v, g.code(n)))
+		} else {
+			g.vecs = append(g.vecs, v...)
+		}
 		g.levels = append(g.levels, uint8(level))
 		g.labels = append(g.labels, label)
 		g.state = append(g.state, nodeLive)
-		g.l0 = append(g.l0, make([]int32, g.m0+1)...)
 		g.up = append(g.up, nil)
 		if len(g.locks) < len(g.levels) {
 			// Fresh mutexes: nothing is locked while the graph grows, so nothing needs copying.
@@ -175,22 +297,32 @@ func (g *Graph) alloc(v []float32, label uint32, level int) int32 {
 		g.up[n] = nil
 	}
 	g.live++
-	return n
+	if g.store != nil {
+		return n, g.store.Put(n, v)
+	}
+	return n, nil
 }
 
 // Add inserts a batch of unit vectors with their labels and returns their node ids (exclusive access). Linking
-// runs on up to GOMAXPROCS goroutines for large batches.
-func (g *Graph) Add(vs [][]float32, labels []uint32) []int32 {
+// runs on up to GOMAXPROCS goroutines for large batches. An error is the store's (a vector not written): the
+// nodes are in the graph, but the store cannot give their vectors back.
+func (g *Graph) Add(vs [][]float32, labels []uint32) ([]int32, error) {
 	ids := make([]int32, len(vs))
+	var errs []error
 	for i, v := range vs {
-		ids[i] = g.alloc(v, labels[i], g.randomLevel())
+		var err error
+		ids[i], err = g.alloc(v, labels[i], g.randomLevel())
+		if err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
 	}
+	err := errors.Join(errs...)
 	workers := min(runtime.GOMAXPROCS(0), len(ids)/32)
 	if workers <= 1 {
 		for _, id := range ids {
 			g.link(id, true)
 		}
-		return ids
+		return ids, err
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -206,13 +338,13 @@ func (g *Graph) Add(vs [][]float32, labels []uint32) []int32 {
 		})
 	}
 	wg.Wait()
-	return ids
+	return ids, err
 }
 
 // link connects node id into the graph.
 func (g *Graph) link(id int32, locking bool) {
 	level := int(g.levels[id])
-	q := g.Vec(id)
+	q := g.nodeQ(id)
 	g.entryMu.Lock()
 	ep, top := g.entry, g.maxLevel
 	if ep < 0 {
@@ -227,7 +359,7 @@ func (g *Graph) link(id int32, locking bool) {
 	vl := g.getVisited()
 	defer g.visited.Put(vl)
 	buf := make([]int32, 0, g.m0)
-	cur := cand{d: 1 - Dot(q, g.Vec(ep)), id: ep}
+	cur := cand{d: g.dist(q, ep), id: ep}
 	for l := top; l > level; l-- {
 		cur = g.greedy(q, cur, l, locking, &buf)
 	}
@@ -274,14 +406,14 @@ func (g *Graph) addLink(n, id int32, d float32, l int, locking bool) {
 		b[0]++
 		return
 	}
-	nv := g.Vec(n)
+	nv := g.nodeQ(n)
 	cs := make([]cand, 0, cnt+1)
 	cs = append(cs, cand{d: d, id: id})
 	for _, x := range b[1 : 1+cnt] {
 		if g.state[x] == nodeDead {
 			continue // drop tombstones first
 		}
-		cs = append(cs, cand{d: 1 - Dot(nv, g.Vec(x)), id: x})
+		cs = append(cs, cand{d: g.dist(nv, x), id: x})
 	}
 	sortCands(cs)
 	g.setLinks(n, l, g.selectNeighbors(cs, g.maxLinks(l)))
@@ -295,10 +427,10 @@ func (g *Graph) selectNeighbors(cs []cand, m int) []cand {
 	}
 	sel := make([]cand, 0, m)
 	for _, c := range cs {
-		cv := g.Vec(c.id)
+		cv := g.nodeQ(c.id)
 		good := true
 		for _, s := range sel {
-			if 1-Dot(cv, g.Vec(s.id)) < c.d {
+			if g.dist(cv, s.id) < c.d {
 				good = false
 				break
 			}
@@ -323,11 +455,11 @@ func (g *Graph) readLinks(n int32, l int, locking bool, buf *[]int32) []int32 {
 	return *buf
 }
 
-func (g *Graph) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32) cand {
+func (g *Graph) greedy(q qvec, cur cand, l int, locking bool, buf *[]int32) cand {
 	for changed := true; changed; {
 		changed = false
 		for _, n := range g.readLinks(cur.id, l, locking, buf) {
-			if d := 1 - Dot(q, g.Vec(n)); d < cur.d {
+			if d := g.dist(q, n); d < cur.d {
 				cur, changed = cand{d: d, id: n}, true
 			}
 		}
@@ -339,7 +471,7 @@ func (g *Graph) greedy(q []float32, cur cand, l int, locking bool, buf *[]int32)
 // results, and the search goes on until ef accepted nodes are found or the reachable graph is exhausted (the
 // filtered-search rule of hnswlib). maxVisit > 0 aborts after that many visited nodes (complete = false).
 // Results are sorted by distance.
-func (g *Graph) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) bool, vl *visitList,
+func (g *Graph) searchLayer(q qvec, ep cand, ef, l int, accept func(int32) bool, vl *visitList,
 	locking bool, maxVisit int, buf *[]int32) (res []cand, complete bool) {
 	vl.reset(g.nodes())
 	vl.visit(ep.id)
@@ -362,7 +494,7 @@ func (g *Graph) searchLayer(q []float32, ep cand, ef, l int, accept func(int32) 
 			}
 			vl.visit(n)
 			visits++
-			d := 1 - Dot(q, g.Vec(n))
+			d := g.dist(q, n)
 			if len(results) < ef || d < bound {
 				cands.push(cand{d: d, id: n})
 				if accept(n) {
@@ -389,22 +521,37 @@ type Result struct {
 
 // Search returns up to k live nodes nearest to q (unit vector), best first, among those whose label filter
 // accepts (nil: all); ef is the candidate list size. complete is false when maxVisit (> 0) visited nodes stopped
-// the search early.
-func (g *Graph) Search(q []float32, k, ef int, filter func(label uint32) bool, maxVisit int) (res []Result, complete bool) {
+// the search early. A quantized graph searches with int8 codes, then rescores the best RescoreFactor×k
+// candidates with their full-precision vectors (read from the store): the order and the scores returned are
+// float32 ones. An error is the store's.
+func (g *Graph) Search(q []float32, k, ef int, filter func(label uint32) bool, maxVisit int) (res []Result, complete bool, err error) {
 	if g.entry < 0 || g.live == 0 {
-		return nil, true
+		return nil, true, nil
 	}
 	vl := g.getVisited()
 	defer g.visited.Put(vl)
 	var buf []int32
-	cur := cand{d: 1 - Dot(q, g.Vec(g.entry)), id: g.entry}
+	qq := g.queryQ(q)
+	cur := cand{d: g.dist(qq, g.entry), id: g.entry}
 	for l := g.maxLevel; l > 0; l-- {
-		cur = g.greedy(q, cur, l, false, &buf)
+		cur = g.greedy(qq, cur, l, false, &buf)
 	}
 	accept := func(n int32) bool {
 		return g.state[n] == nodeLive && (filter == nil || filter(g.labels[n]))
 	}
-	cs, complete := g.searchLayer(q, cur, max(ef, k), 0, accept, vl, false, maxVisit, &buf)
+	keep := k
+	if g.store != nil {
+		keep = k * g.rescore
+	}
+	cs, complete := g.searchLayer(qq, cur, max(ef, keep), 0, accept, vl, false, maxVisit, &buf)
+	if len(cs) > keep {
+		cs = cs[:keep]
+	}
+	if g.store != nil {
+		if err := g.rescoreCands(q, cs); err != nil {
+			return nil, false, err
+		}
+	}
 	if len(cs) > k {
 		cs = cs[:k]
 	}
@@ -412,7 +559,20 @@ func (g *Graph) Search(q []float32, k, ef int, filter func(label uint32) bool, m
 	for i, c := range cs {
 		res[i] = Result{Label: g.labels[c.id], Score: float64(1 - c.d)}
 	}
-	return res, complete
+	return res, complete, nil
+}
+
+// rescoreCands replaces the distances of cs by full-precision ones and sorts them again.
+func (g *Graph) rescoreCands(q []float32, cs []cand) error {
+	buf := make([]float32, g.dim)
+	for i := range cs {
+		if err := g.store.Get(cs[i].id, buf); err != nil {
+			return err
+		}
+		cs[i].d = 1 - Dot(q, buf)
+	}
+	sortCands(cs)
+	return nil
 }
 
 // Remove tombstones node n (exclusive access) and reports whether a vacuum is due.
@@ -462,7 +622,8 @@ func (g *Graph) Vacuum() {
 		return
 	}
 	if g.live == 0 {
-		g.vecs, g.levels, g.labels, g.state, g.l0, g.up, g.free = nil, nil, nil, nil, nil, nil, nil
+		g.vecs, g.codes, g.scales = nil, nil, nil
+		g.levels, g.labels, g.state, g.l0, g.up, g.free = nil, nil, nil, nil, nil, nil
 		g.entry, g.maxLevel, g.dead = -1, 0, 0
 		return
 	}
@@ -544,12 +705,12 @@ func (g *Graph) repair(id int32, l int) {
 		return
 	}
 	seen := map[int32]bool{id: true}
-	v := g.Vec(id)
+	v := g.nodeQ(id)
 	cs := make([]cand, 0, 2*g.maxLinks(l))
 	consider := func(x int32) {
 		if !seen[x] {
 			seen[x] = true
-			cs = append(cs, cand{d: 1 - Dot(v, g.Vec(x)), id: x})
+			cs = append(cs, cand{d: g.dist(v, x), id: x})
 		}
 	}
 	for _, x := range links {

@@ -8,9 +8,12 @@ import (
 	"github.com/aiforge/aiforge/services/retriever/index/embedded/internal/codec"
 )
 
-// Encode writes the graph (shape, nodes, vectors and links, so that loading rebuilds nothing). label maps each
-// live node's label to the one stored (the snapshot renumbers documents densely); tombstones store label 0.
+// Encode writes the graph (shape, nodes, full-precision vectors and links, so that loading rebuilds nothing; a
+// quantized graph's codes are recomputed from the vectors). label maps each live node's label to the one stored
+// (the snapshot renumbers documents densely); tombstones store label 0. A store read error is recorded in
+// enc.Err.
 func (g *Graph) Encode(enc *codec.Encoder, label func(uint32) uint32) {
+	buf := make([]float32, g.dim)
 	enc.Uvarint(uint64(g.m))
 	enc.Uvarint(uint64(g.nodes()))
 	enc.Varint(int64(g.entry))
@@ -28,7 +31,13 @@ func (g *Graph) Encode(enc *codec.Encoder, label func(uint32) uint32) {
 			l = label(g.labels[n])
 		}
 		enc.Uvarint(uint64(l))
-		enc.RawF32s(g.Vec(n))
+		if err := g.Vector(n, buf); err != nil {
+			if enc.Err == nil {
+				enc.Err = fmt.Errorf("reading vector of node %d: %w", n, err)
+			}
+			return
+		}
+		enc.RawF32s(buf)
 		for l := 0; l <= int(g.levels[n]); l++ {
 			links := g.linksOf(n, l)
 			enc.Uvarint(uint64(len(links)))
@@ -40,14 +49,14 @@ func (g *Graph) Encode(enc *codec.Encoder, label func(uint32) uint32) {
 	}
 }
 
-// Decode reads a graph that Encode wrote, for vectors of dim dimensions. The stored M wins over cfg.M. Errors
-// are recorded in d.Err.
-func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64) *Graph {
+// Decode reads a graph that Encode wrote, for vectors of dim dimensions. The stored M wins over cfg.M. With a
+// store the graph is quantized (see New): the vectors go to the store. Errors are recorded in d.Err.
+func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64, store VectorStore) *Graph {
 	m := d.Count(128)
 	if m >= 2 {
 		cfg.M = m // the stored graph's shape wins over the configuration
 	}
-	g := New(dim, cfg, seed)
+	g := New(dim, cfg, seed, store)
 	n := d.Count(1 << 31)
 	entry := int32(d.Varint())
 	top := d.Count(maxLevel)
@@ -57,11 +66,19 @@ func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64) *Graph {
 		}
 		return g
 	}
-	g.vecs = make([]float32, n*dim)
+	var buf []float32
+	if store != nil {
+		g.scales = make([]float32, n)
+		buf = make([]float32, dim)
+	} else {
+		g.vecs = make([]float32, n*dim)
+	}
 	g.levels = make([]uint8, n)
 	g.labels = make([]uint32, n)
 	g.state = make([]uint8, n)
-	g.l0 = make([]int32, n*(g.m0+1))
+	if n > 0 {
+		g.grow(int32(n - 1))
+	}
 	g.up = make([][]int32, n)
 	g.locks = make([]sync.Mutex, n+64)
 	readLinks := func(node int32, l int) {
@@ -99,7 +116,17 @@ func Decode(d *codec.Decoder, dim int, cfg Config, seed uint64) *Graph {
 		lv := d.Count(maxLevel)
 		g.levels[node] = uint8(lv)
 		g.labels[node] = uint32(d.Uvarint())
-		d.RawF32s(g.Vec(node))
+		if store != nil {
+			d.RawF32s(buf)
+			g.scales[node] = Quantize(buf, g.code(node))
+			if d.Err == nil {
+				if err := store.Put(node, buf); err != nil {
+					d.Fail(fmt.Errorf("storing vector of node %d: %w", node, err))
+				}
+			}
+		} else {
+			d.RawF32s(g.vec(node))
+		}
 		if lv > 0 {
 			g.up[node] = make([]int32, lv*(g.m+1))
 		}
