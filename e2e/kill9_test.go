@@ -79,7 +79,6 @@ func TestBudgetReservationsOfAKilledEdgeExpire(t *testing.T) {
 	engine.SetFailure(enginesim.Failure{Mode: enginesim.FailHang, Count: 1})
 	body := `{"model":"chat","messages":[{"role":"user","content":"hi"}],"stream":true}`
 	reqCtx, cancelReq := context.WithCancel(ctx)
-	defer cancelReq()
 	sent := time.Now()
 	var streamDone sync.WaitGroup
 	streamDone.Add(1)
@@ -87,7 +86,9 @@ func TestBudgetReservationsOfAKilledEdgeExpire(t *testing.T) {
 		defer streamDone.Done()
 		streamRaw(reqCtx, doomed.url, k.Key, body, nil)
 	}()
-	defer streamDone.Wait()
+	// Cancel before waiting: on a failure before the kill the request
+	// hangs on the engine, and waiting first would never end.
+	defer func() { cancelReq(); streamDone.Wait() }()
 	eventually(t, 20*time.Second, func() bool {
 		b := keyBudget(t, doomed.admin, k.ID)
 		return b.ReservedUSD != nil && *b.ReservedUSD > 0
