@@ -88,10 +88,11 @@ stack_cleanup() {
 }
 
 # wait_healthy SECONDS: until every long-running service's container is
-# healthy (docker's healthcheck).
+# healthy (docker's healthcheck); the services of profiles (sandbox,
+# observability) are not started by `up -d`.
 wait_healthy() {
   local services healthy waiting deadline=$(( $(date +%s) + $1 ))
-  services=$("${compose[@]}" config --services | grep -vx -e provision -e sandbox | sort)
+  services=$("${compose[@]}" config --services | grep -vx -e provision -e sandbox -e prometheus -e grafana -e otel-collector | sort)
   while :; do
     healthy=$(docker ps --filter "label=com.docker.compose.project=$project" --filter health=healthy \
       --format '{{.Label "com.docker.compose.service"}}' | sort)
