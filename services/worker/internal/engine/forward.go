@@ -125,36 +125,15 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 		defer cancelTTFT(nil)
 		firstToken = time.AfterFunc(d, func() { cancelTTFT(errTTFTTimeout) }).Stop
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ec.urls[c.Endpoint], bytes.NewReader(body))
-	if err != nil {
-		c.fail(w, &bridge.Error{Status: http.StatusInternalServerError, Code: contracts.CodeInternal, Message: "worker: build engine request"})
-		return
-	}
-	h := hreq.Header
-	h["Content-Type"] = hdrJSON
+	accept := hdrJSON
 	if c.Stream {
-		h["Accept"] = hdrSSE
-	} else {
-		h["Accept"] = hdrJSON
+		accept = hdrSSE
 	}
-	if ec.authHeader != "" {
-		h["Authorization"] = []string{ec.authHeader}
-	}
-	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
-
-	resp, err := ec.client.Do(hreq)
-	if err != nil {
-		if c.interrupted(ctx, w) {
-			return
-		}
-		c.engineFailure(w, "The engine could not be reached: "+UnwrapURLError(err).Error())
+	resp := ec.send(ctx, c, w, ec.urls[c.Endpoint], body, accept)
+	if resp == nil {
 		return
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		ec.engineStatus(ctx, c, w, resp)
-		return
-	}
 	if c.Stream {
 		if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
 			ec.unexpectedWhole(ctx, c, w, resp)
@@ -169,6 +148,38 @@ func (ec *Client) Forward(ctx context.Context, c *Call, w *bridge.ResponseWriter
 // engineStatus answers an engine's non-200 answer with an OpenAI-shaped
 // error (string codes, param where known, the engine's message without its
 // key); only failures another replica may not share are retryable.
+// send sends body to the engine at url with the engine's headers (its key,
+// the trace context) and returns its 200 answer; any other outcome it has
+// answered on w (unreachable, interrupted, the engine's error status) and
+// it returns nil.
+func (ec *Client) send(ctx context.Context, c *Call, w *bridge.ResponseWriter, url string, body []byte, accept []string) *http.Response {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		c.fail(w, &bridge.Error{Status: http.StatusInternalServerError, Code: contracts.CodeInternal, Message: "worker: build engine request"})
+		return nil
+	}
+	h := hreq.Header
+	h["Content-Type"] = hdrJSON
+	h["Accept"] = accept
+	if ec.authHeader != "" {
+		h["Authorization"] = []string{ec.authHeader}
+	}
+	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+	resp, err := ec.client.Do(hreq)
+	if err != nil {
+		if !c.interrupted(ctx, w) {
+			c.engineFailure(w, "The engine could not be reached: "+UnwrapURLError(err).Error())
+		}
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		ec.engineStatus(ctx, c, w, resp)
+		return nil
+	}
+	return resp
+}
+
 func (ec *Client) engineStatus(ctx context.Context, c *Call, w *bridge.ResponseWriter, resp *http.Response) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 	if err != nil && c.interrupted(ctx, w) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,13 +9,10 @@ import (
 	"slices"
 	"strings"
 
-	"go.opentelemetry.io/otel/propagation"
-
 	"github.com/aiforge/aiforge/pkg/bridge"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/rerank"
-	"github.com/aiforge/aiforge/pkg/telemetry"
 )
 
 // IsReranker reports whether the engine is a rerank model's.
@@ -133,31 +129,11 @@ func (ec *Client) forwardRerank(ctx context.Context, c *Call, w *bridge.Response
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, ec.cfg.RequestTimeout, errRequestTimeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, ec.urls[Rerank], bytes.NewReader(body))
-	if err != nil {
-		c.fail(w, &bridge.Error{Status: http.StatusInternalServerError, Code: contracts.CodeInternal, Message: "worker: build engine request"})
-		return
-	}
-	h := hreq.Header
-	h["Content-Type"] = hdrJSON
-	h["Accept"] = hdrJSON
-	if ec.authHeader != "" {
-		h["Authorization"] = []string{ec.authHeader}
-	}
-	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
-	resp, err := ec.client.Do(hreq)
-	if err != nil {
-		if c.interrupted(ctx, w) {
-			return
-		}
-		c.engineFailure(w, "The engine could not be reached: "+UnwrapURLError(err).Error())
+	resp := ec.send(ctx, c, w, ec.urls[Rerank], body, hdrJSON)
+	if resp == nil {
 		return
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		ec.engineStatus(ctx, c, w, resp)
-		return
-	}
 	raw, err := readBody(resp, maxResponseBytes)
 	if err != nil {
 		if c.interrupted(ctx, w) {
