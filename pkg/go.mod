@@ -14,8 +14,13 @@ require (
 )
 
 require (
+	github.com/google/go-containerregistry v0.22.1 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	oras.land/oras-go/v2 v2.7.0 // indirect
 )
 
 require (

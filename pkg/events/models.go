@@ -24,6 +24,10 @@ const (
 const (
 	ModelSourceUpload = "upload"
 	ModelSourceHub    = "hub"
+	// ModelSourceOCI: an OCI artifact (ORAS files or a KitOps ModelKit),
+	// Repo REGISTRY/REPOSITORY, Reference the tag or digest asked for,
+	// Digest the manifest digest it was pinned to.
+	ModelSourceOCI = "oci"
 )
 
 // Verdict statuses.
@@ -46,6 +50,9 @@ type ModelSource struct {
 	Repo     string `json:"repo,omitempty"`
 	Revision string `json:"revision,omitempty"`
 	Commit   string `json:"commit,omitempty"`
+	// Reference and Digest are an OCI source's (ModelSourceOCI).
+	Reference string `json:"reference,omitempty"`
+	Digest    string `json:"digest,omitempty"`
 }
 
 func (s ModelSource) validate() error {
@@ -57,8 +64,13 @@ func (s ModelSource) validate() error {
 			return errors.New("a hub source needs repo and commit")
 		}
 		return nil
+	case ModelSourceOCI:
+		if s.Repo == "" || s.Digest == "" {
+			return errors.New("an oci source needs repo and digest")
+		}
+		return nil
 	}
-	return fmt.Errorf("source type %q is not upload or hub", s.Type)
+	return fmt.Errorf("source type %q is not upload, hub or oci", s.Type)
 }
 
 // ModelReason is one typed cause of a rejection: a stable code, the file it
@@ -186,7 +198,10 @@ func (e ModelVerdictV2) Validate() error { return e.ModelVerdictV1.Validate() }
 
 // ModelPullRequestedV1 asks the mirror to pull Repo at Revision into the
 // catalog under Name. The hub token is the guardian's own configuration and
-// never travels on the bus.
+// never travels on the bus. An OCI pull has Repo oci://REGISTRY/REPOSITORY
+// and Revision a tag or sha256 digest; its Kind may be empty (the artifact
+// decides: a ModelKit's Kitfile or an aiforge artifact's annotations), and
+// registry credentials are the guardian's too.
 type ModelPullRequestedV1 struct {
 	PullID      string    `json:"pull_id"`
 	Name        string    `json:"name"`
@@ -202,7 +217,11 @@ func (ModelPullRequestedV1) EventType() string { return TypeModelPullRequestedV1
 func (e ModelPullRequestedV1) Subject() string { return Subject(TypeModelPullRequestedV1, e.Name) }
 
 func (e ModelPullRequestedV1) Validate() error {
-	errs := []error{validateModelRef(e.Name, 1, e.Kind, e.BaseModel)}
+	kind := e.Kind
+	if kind == "" && strings.HasPrefix(e.Repo, "oci://") {
+		kind = ModelKindModel // the artifact decides; only the name is checked
+	}
+	errs := []error{validateModelRef(e.Name, 1, kind, e.BaseModel)}
 	if e.PullID == "" || e.Repo == "" || e.Revision == "" {
 		errs = append(errs, errors.New("pull_id, repo and revision are required"))
 	}

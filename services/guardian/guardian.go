@@ -31,6 +31,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/guardian/hub"
+	"github.com/aiforge/aiforge/services/guardian/oci"
 	"github.com/aiforge/aiforge/services/guardian/scan"
 )
 
@@ -86,6 +87,8 @@ type Config struct {
 	// ProgressEvery throttles the catalog's progress updates during a pull.
 	// Default 2s.
 	ProgressEvery time.Duration
+	// OCI configures pulls of OCI artifacts (ocipull.go).
+	OCI OCIConfig
 }
 
 // Validate reports every problem of c.
@@ -96,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if c.MirrorAckWait > 0 && c.ProgressEvery >= c.MirrorAckWait {
 		errs = append(errs, errors.New("ProgressEvery must be shorter than MirrorAckWait: progress updates extend a pull's lease"))
+	}
+	if strings.ContainsAny(c.OCI.Username+c.OCI.Password, "\r\n\x00") {
+		errs = append(errs, errors.New("the OCI registry credentials contain invalid characters"))
 	}
 	if strings.ContainsAny(c.HubToken, "\r\n\x00") {
 		errs = append(errs, errors.New("the hub token contains invalid characters"))
@@ -125,6 +131,7 @@ type Service struct {
 	deps Deps
 	log  *slog.Logger
 	hub  *hub.Client
+	oci  *oci.Client
 	// metrics are the consumers'; nil without Deps.Registerer.
 	metrics *events.ConsumerMetrics
 
@@ -172,6 +179,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guardian: %w", err)
 	}
+	oc, err := newOCIClient(cfg.OCI, deps.HTTPClient)
+	if err != nil {
+		return nil, fmt.Errorf("guardian: %w", err)
+	}
 	var cm *events.ConsumerMetrics
 	if deps.Registerer != nil {
 		var err error
@@ -179,7 +190,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 			return nil, fmt.Errorf("%s: metrics: %w", "guardian", err)
 		}
 	}
-	return &Service{cfg: cfg, deps: deps, log: log, hub: hc, metrics: cm}, nil
+	return &Service{cfg: cfg, deps: deps, log: log, hub: hc, oci: oc, metrics: cm}, nil
 }
 
 // Run consumes uploads (scanner) and pull requests (mirror) until ctx ends.

@@ -12,6 +12,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/pkg/ociref"
 	"github.com/aiforge/aiforge/services/guardian/hub"
 	"github.com/aiforge/aiforge/services/guardian/scan"
 )
@@ -28,6 +29,9 @@ func UploadedID(name string, version int) string {
 // (a retried pull resumes: files already stored with the right digest are
 // not downloaded again).
 func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequestedV1) error {
+	if ociref.IsOCI(req.Repo) {
+		return s.handleOCIPull(ctx, req)
+	}
 	log := s.log.With("model", req.Name, "repo", req.Repo, "revision", req.Revision, "pull_id", req.PullID)
 	cat := s.catalog()
 	source := catalog.Source{Type: events.ModelSourceHub, Repo: req.Repo, Revision: req.Revision}
@@ -254,6 +258,7 @@ func (s *Service) reject(ctx context.Context, name string, version int, files []
 // redact removes the hub token from s (defence in depth: the hub client
 // never puts it in errors in the first place).
 func (s *Service) redact(msg string) string {
+	msg = s.oci.Redact(msg)
 	if s.cfg.HubToken == "" {
 		return msg
 	}
