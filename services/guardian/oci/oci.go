@@ -374,4 +374,3 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
-
