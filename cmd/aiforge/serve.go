@@ -49,6 +49,7 @@ type serveFlags struct {
 	replicas                      int
 	hubURL                        string
 	hubHosts                      []string
+	oci                           ociFlags
 	index                         vectorIndexFlags
 	batch                         batchFlags
 	// sandbox is the sandbox service's configuration, filled by its own
@@ -91,6 +92,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
 	f.index.add(c)
 	f.batch.add(c)
+	f.oci.add(c)
 	gofs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	f.sandbox.RegisterFlags(gofs)
 	c.Flags().AddGoFlagSet(gofs)
@@ -169,6 +171,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Sandbox = f.sandbox
 	o.Guardian.HubURL = f.hubURL
 	o.Guardian.HubRedirectHosts = f.hubHosts
+	f.oci.apply(&o.Guardian)
 	// The hub token comes from the environment only, never a flag (flags
 	// show in process listings).
 	o.Guardian.HubToken = os.Getenv("AIFORGE_HUB_TOKEN")

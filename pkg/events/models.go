@@ -24,9 +24,10 @@ const (
 const (
 	ModelSourceUpload = "upload"
 	ModelSourceHub    = "hub"
-	// ModelSourceOCI: an OCI artifact (ORAS files or a KitOps ModelKit),
-	// Repo REGISTRY/REPOSITORY, Reference the tag or digest asked for,
-	// Digest the manifest digest it was pinned to.
+	// ModelSourceOCI: an OCI artifact (ORAS files or a KitOps ModelKit):
+	// Repo is REGISTRY/REPOSITORY, Revision the reference asked for (a tag
+	// or a digest) and Commit the manifest digest it was pinned to
+	// (sha256:...), the fields a hub source fills the same way.
 	ModelSourceOCI = "oci"
 )
 
@@ -43,16 +44,13 @@ type ModelFile struct {
 	SHA256 string `json:"sha256"`
 }
 
-// ModelSource says where a version came from: an upload, or a hub
-// repository pinned to a commit.
+// ModelSource says where a version came from: an upload, a hub repository
+// pinned to a commit, or an OCI artifact pinned to its manifest digest.
 type ModelSource struct {
 	Type     string `json:"type"` // upload, hub
 	Repo     string `json:"repo,omitempty"`
 	Revision string `json:"revision,omitempty"`
-	Commit   string `json:"commit,omitempty"`
-	// Reference and Digest are an OCI source's (ModelSourceOCI).
-	Reference string `json:"reference,omitempty"`
-	Digest    string `json:"digest,omitempty"`
+	Commit   string `json:"commit,omitempty"` // an OCI source's manifest digest
 }
 
 func (s ModelSource) validate() error {
@@ -65,8 +63,8 @@ func (s ModelSource) validate() error {
 		}
 		return nil
 	case ModelSourceOCI:
-		if s.Repo == "" || s.Digest == "" {
-			return errors.New("an oci source needs repo and digest")
+		if s.Repo == "" || !strings.HasPrefix(s.Commit, "sha256:") {
+			return errors.New("an oci source needs repo and its manifest digest as commit")
 		}
 		return nil
 	}

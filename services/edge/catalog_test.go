@@ -223,10 +223,41 @@ func TestRequestPull(t *testing.T) {
 		{"repo": "acme/x", "revision": "../x"},
 		{"repo": "acme/x", "token": "hf_secret"},
 		{"repo": "acme/x", "kind": "adapter"},
+		{"repo": "oci://ghcr.io/acme/lora"},
+		{"repo": "oci://ghcr.io/acme/lora", "revision": "sha256:abc"},
+		{"repo": "oci://ghcr.io/Acme/lora", "revision": "v1"},
+		{"repo": "oci://ghcr.io/acme/lora:v1", "revision": "v2"},
+		{"repo": "oci://ghcr.io/acme/../lora", "revision": "v1"},
+		{"repo": "oci://user:pw@ghcr.io/acme/lora", "revision": "v1"},
 	} {
 		r := m.admin("POST", "/admin/v1/catalog/pulls", bad)
 		if r.status != http.StatusBadRequest {
 			t.Fatalf("pull %v: %d %s", bad, r.status, r.body)
 		}
+	}
+}
+
+// An OCI pull names oci://REGISTRY/REPO and a tag or digest; the kind is
+// left to the artifact, the name defaults to the repository path.
+func TestRequestPullOCI(t *testing.T) {
+	m := startModelEdge(t)
+	sub, err := m.nc.SubscribeSync(events.Subject(events.TypeModelPullRequestedV1, "acme/lora"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := m.admin("POST", "/admin/v1/catalog/pulls", map[string]any{"repo": "oci://ghcr.io/acme/lora", "revision": "v1", "base_model": "base-chat"})
+	if r.status != http.StatusAccepted {
+		t.Fatalf("pull: %d %s", r.status, r.body)
+	}
+	msg, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.ModelPullRequestedV1
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Name != "acme/lora" || ev.Repo != "oci://ghcr.io/acme/lora" || ev.Revision != "v1" || ev.Kind != "" || ev.BaseModel != "base-chat" {
+		t.Fatalf("event %+v", ev)
 	}
 }

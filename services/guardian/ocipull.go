@@ -67,7 +67,7 @@ func ociCode(err error) string {
 func findOCI(e catalog.Entry, repo, digest string) (*catalog.Version, bool) {
 	for i := len(e.Versions) - 1; i >= 0; i-- {
 		v := &e.Versions[i]
-		if v.Source.Type == events.ModelSourceOCI && v.Source.Repo == repo && v.Source.Digest == digest && v.Status != catalog.StatusRejected {
+		if v.Source.Type == events.ModelSourceOCI && v.Source.Repo == repo && v.Source.Commit == digest && v.Status != catalog.StatusRejected {
 			return v, true
 		}
 	}
@@ -83,7 +83,7 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 	log := s.log.With("model", req.Name, "repo", req.Repo, "reference", req.Revision, "pull_id", req.PullID)
 	cat := s.catalog()
 	ref, err := ociref.Parse(ociref.Join(req.Repo, req.Revision))
-	source := catalog.Source{Type: events.ModelSourceOCI, Repo: strings.TrimPrefix(req.Repo, ociref.Scheme), Reference: req.Revision}
+	source := catalog.Source{Type: events.ModelSourceOCI, Repo: strings.TrimPrefix(req.Repo, ociref.Scheme), Revision: req.Revision}
 	kind, base := kindOr(req.Kind), req.BaseModel
 	if err != nil {
 		return s.ociRejectNew(ctx, req, kind, base, source, catalog.Reason{Code: CodeOCIUnsupported, Message: err.Error()})
@@ -96,7 +96,7 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 		log.Warn("oci pull refused: resolving the reference failed", "err", s.redact(err.Error()))
 		return s.ociRejectNew(ctx, req, kind, base, source, catalog.Reason{Code: ociCode(err), Message: s.redact(err.Error())})
 	}
-	source.Digest = m.Digest
+	source.Commit = m.Digest
 	log = log.With("digest", m.Digest)
 	s.notePull(ctx, req, func(p *catalog.Pull) { p.Commit = m.Digest })
 

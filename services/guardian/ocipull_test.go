@@ -68,7 +68,7 @@ func TestOCIPullPinsTagToDigest(t *testing.T) {
 	if v.Status != catalog.StatusPublished {
 		t.Fatalf("status %s, reasons %+v\nlogs:\n%s", v.Status, v.Reasons, e.logs.String())
 	}
-	want := catalog.Source{Type: events.ModelSourceOCI, Repo: reg.Host + "/acme/tiny", Reference: "v1", Digest: pushed.Digest}
+	want := catalog.Source{Type: events.ModelSourceOCI, Repo: reg.Host + "/acme/tiny", Revision: "v1", Commit: pushed.Digest}
 	if v.Source != want || v.Parameters != 26 || len(v.Files) != len(files) {
 		t.Fatalf("version %+v, want source %+v", v, want)
 	}
@@ -95,7 +95,7 @@ func TestOCIPullPinsTagToDigest(t *testing.T) {
 
 	e.ociPull(t, "p3", "tiny-pinned", "oci://"+reg.Host+"/acme/tiny@"+pushed.Digest, "", "")
 	v = e.settled(t, "tiny-pinned", 1)
-	if v.Status != catalog.StatusPublished || v.Source.Digest != pushed.Digest || v.Source.Reference != pushed.Digest {
+	if v.Status != catalog.StatusPublished || v.Source.Commit != pushed.Digest || v.Source.Revision != pushed.Digest {
 		t.Fatalf("by digest: %+v", v)
 	}
 }

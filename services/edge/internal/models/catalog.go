@@ -12,6 +12,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/contracts"
 	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/ociref"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
 
@@ -146,14 +147,30 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrBadRequest("repo", contracts.CodeMissingParam, "Missing required parameter: 'repo'."))
 		return
 	}
-	if !hubRepoRE.MatchString(q.Repo) || strings.Contains(q.Repo, "..") {
+	isOCI := ociref.IsOCI(q.Repo)
+	if isOCI {
+		// oci://REGISTRY/REPO with revision TAG or sha256:...: the
+		// artifact decides the kind unless one is asked for.
+		ref, err := ociref.Parse(ociref.Join(q.Repo, q.Revision))
+		if err != nil || ref.Repo() != q.Repo {
+			msg := fmt.Sprintf("Repository %q with revision %q is not oci://REGISTRY/REPO with a tag or sha256 digest.", q.Repo, q.Revision)
+			if err != nil {
+				msg = httpapi.UpperFirst(err.Error()) + "."
+			}
+			contracts.Write(w, contracts.ErrBadRequest("repo", contracts.CodeInvalidRequest, msg))
+			return
+		}
+		if q.Name == "" {
+			q.Name = ref.Repository
+		}
+	} else if !hubRepoRE.MatchString(q.Repo) || strings.Contains(q.Repo, "..") {
 		contracts.Write(w, contracts.ErrBadRequest("repo", contracts.CodeInvalidRequest, fmt.Sprintf("Repository %q is not of the form org/name.", q.Repo)))
 		return
 	}
-	if q.Revision == "" {
+	if q.Revision == "" && !isOCI {
 		q.Revision = "main"
 	}
-	if !revisionRE.MatchString(q.Revision) || strings.Contains(q.Revision, "..") {
+	if !isOCI && !revisionRE.MatchString(q.Revision) || strings.Contains(q.Revision, "..") {
 		contracts.Write(w, contracts.ErrBadRequest("revision", contracts.CodeInvalidRequest, fmt.Sprintf("Revision %q is not a branch, tag or commit.", q.Revision)))
 		return
 	}
@@ -164,7 +181,7 @@ func (s *Service) requestPull(w http.ResponseWriter, r *http.Request) {
 		s.catalogError(w, r.Context(), err, "Model '"+q.Name+"'")
 		return
 	}
-	if q.Kind == "" {
+	if q.Kind == "" && !isOCI {
 		q.Kind = events.ModelKindModel
 	}
 	if q.Kind == events.ModelKindModel && q.BaseModel != "" {
