@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +17,7 @@ import (
 // modelFlowCmds are the catalog subcommands of `aiforge models`: uploads,
 // hub pulls, the catalog and deployments.
 func modelFlowCmds() []*cobra.Command {
-	return []*cobra.Command{uploadCmd(), pullCmd(), fetchCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
+	return []*cobra.Command{uploadCmd(), pullCmd(), pushCmd(), fetchCmd(), catalogCmd(), deployCmd(), rollbackCmd(), deploymentsCmd()}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -128,22 +127,26 @@ func pullCmd() *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	c := &cobra.Command{
-		Use:     "pull ORG/REPO[@REVISION]",
-		Short:   "Mirror a hub repository into the catalog; the guardian pulls and scans it",
-		Example: "  aiforge models pull Qwen/Qwen2.5-0.5B-Instruct@main --name qwen-small",
-		Args:    cobra.ExactArgs(1),
+		Use:   "pull ORG/REPO[@REVISION] | oci://REGISTRY/REPO:TAG | oci://REGISTRY/REPO@sha256:DIGEST",
+		Short: "Mirror a hub repository or an OCI artifact into the catalog; the guardian pulls and scans it",
+		Example: `  aiforge models pull Qwen/Qwen2.5-0.5B-Instruct@main --name qwen-small
+  aiforge models pull oci://ghcr.io/acme/sql-lora:v1 --base-model qwen-small`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := adminClient(cmd)
 			if err != nil {
 				return err
 			}
-			repo, rev, _ := strings.Cut(args[0], "@")
+			repo, rev, err := pullSource(args[0])
+			if err != nil {
+				return err
+			}
 			ans, err := cl.RequestPull(cmd.Context(), cli.PullOptions{Repo: repo, Revision: rev, Name: name, Kind: kind, BaseModel: base})
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "pull %s requested: %s@%s -> %s\n", ans.PullID, ans.Repo, ans.Revision, ans.Name)
+			fmt.Fprintf(out, "pull %s requested: %s -> %s\n", ans.PullID, cli.PullRef(ans.Repo, ans.Revision), ans.Name)
 			if !wait {
 				return nil
 			}

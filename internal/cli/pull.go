@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/ociref"
 )
 
 // PullOptions describe a hub pull.
@@ -40,6 +41,15 @@ func (c *Client) RequestPull(ctx context.Context, o PullOptions) (PullAnswer, er
 	return ans, err
 }
 
+// PullRef is how a pull's source reads: ORG/REPO@REVISION, or the OCI
+// reference.
+func PullRef(repo, revision string) string {
+	if ociref.IsOCI(repo) {
+		return ociref.Join(repo, revision)
+	}
+	return repo + "@" + revision
+}
+
 // FollowPull follows a requested pull to its verdict: it waits for the pull's
 // catalog version (created, or already mirrored from the same commit), says
 // which on out, reports the download through progress (made on first use
@@ -57,11 +67,15 @@ func (c *Client) FollowPull(ctx context.Context, ans PullAnswer, out io.Writer, 
 		}
 		return p, catalog.Version{}, fmt.Errorf("pull %s failed: %s", p.ID, msg)
 	}
+	pin := "commit"
+	if ociref.IsOCI(ans.Repo) {
+		pin = "digest"
+	}
 	switch {
 	case p.Skipped:
-		fmt.Fprintf(out, "%s@%s is commit %s, already mirrored as %s version %d: nothing downloaded\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
+		fmt.Fprintf(out, "%s is %s %s, already mirrored as %s version %d: nothing downloaded\n", PullRef(ans.Repo, ans.Revision), pin, p.Commit, ans.Name, p.Version)
 	case p.Commit != "":
-		fmt.Fprintf(out, "%s@%s is commit %s: mirroring into %s version %d\n", ans.Repo, ans.Revision, p.Commit, ans.Name, p.Version)
+		fmt.Fprintf(out, "%s is %s %s: mirroring into %s version %d\n", PullRef(ans.Repo, ans.Revision), pin, p.Commit, ans.Name, p.Version)
 	}
 	var bar *Progress
 	each := func(v catalog.Version) {

@@ -110,3 +110,17 @@ func Join(repo, revision string) string {
 	}
 	return repo + ":" + revision
 }
+
+// What `aiforge models push` publishes and the guardian reads back: an
+// ORAS-style artifact, one layer per file titled with its path
+// (org.opencontainers.image.title), and these manifest annotations.
+const (
+	ArtifactTypeModel   = "application/vnd.aiforge.model.v1"
+	MediaTypeFile       = "application/vnd.aiforge.model.file.v1"
+	AnnotationName      = "ai.aiforge.model.name"
+	AnnotationVersion   = "ai.aiforge.model.version"
+	AnnotationKind      = "ai.aiforge.model.kind"
+	AnnotationBaseModel = "ai.aiforge.model.base_model"
+	// AnnotationSHA256s holds {path: sha256 hex} of every file, as JSON.
+	AnnotationSHA256s = "ai.aiforge.model.sha256s"
+)
