@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/aiforge/aiforge/pkg/ociref"
 )
 
 // Media types and annotations the guardian maps to files.
@@ -21,16 +23,9 @@ const (
 	MediaTypeKitConfig = "application/vnd.kitops.modelkit.config.v1+json"
 	// ArtifactTypeModel is what `aiforge models push` publishes: ORAS
 	// files, one layer per file titled with its path.
-	ArtifactTypeModel = "application/vnd.aiforge.model.v1"
+	ArtifactTypeModel = ociref.ArtifactTypeModel
 	// AnnotationTitle names an ORAS file layer's path.
 	AnnotationTitle = ocispec.AnnotationTitle
-	// Manifest annotations of an aiforge artifact.
-	AnnotationName      = "ai.aiforge.model.name"
-	AnnotationVersion   = "ai.aiforge.model.version"
-	AnnotationKind      = "ai.aiforge.model.kind"
-	AnnotationBaseModel = "ai.aiforge.model.base_model"
-	// AnnotationSHA256s holds {path: sha256} of every file, as JSON.
-	AnnotationSHA256s = "ai.aiforge.model.sha256s"
 	// ORAS marks a directory packed as tar+gzip with this annotation.
 	annotationORASUnpack = "io.deis.oras.content.unpack"
 )
@@ -90,15 +85,15 @@ func PlanFiles(m Manifest) (Plan, error) {
 		seen[title] = true
 		p.Layers = append(p.Layers, Layer{Desc: l, Path: title})
 	}
-	switch m.Annotations[AnnotationKind] {
+	switch m.Annotations[ociref.AnnotationKind] {
 	case "adapter":
-		p.Kind, p.BaseModel = "adapter", m.Annotations[AnnotationBaseModel]
+		p.Kind, p.BaseModel = "adapter", m.Annotations[ociref.AnnotationBaseModel]
 	case "model":
 		p.Kind = "model"
 	}
-	if s := m.Annotations[AnnotationSHA256s]; s != "" {
+	if s := m.Annotations[ociref.AnnotationSHA256s]; s != "" {
 		if err := json.Unmarshal([]byte(s), &p.SHA256s); err != nil {
-			return Plan{}, fmt.Errorf("%w: annotation %s is not a JSON object: %v", ErrUnsupported, AnnotationSHA256s, err)
+			return Plan{}, fmt.Errorf("%w: annotation %s is not a JSON object: %v", ErrUnsupported, ociref.AnnotationSHA256s, err)
 		}
 	}
 	return p, nil
