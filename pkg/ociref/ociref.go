@@ -60,7 +60,7 @@ func Parse(s string) (Ref, error) {
 	}
 	if colon := strings.LastIndexByte(repo, ':'); colon >= 0 {
 		if r.Digest != "" {
-			return Ref{}, fmt.Errorf("%w: give either :TAG or @sha256:..., not both", ErrInvalid)
+			return Ref{}, fmt.Errorf("%w: give either :TAG or @sha256:DIGEST, not both", ErrInvalid)
 		}
 		repo, r.Tag = repo[:colon], repo[colon+1:]
 		if !tagRE.MatchString(r.Tag) {
@@ -68,7 +68,7 @@ func Parse(s string) (Ref, error) {
 		}
 	}
 	if r.Tag == "" && r.Digest == "" {
-		return Ref{}, fmt.Errorf("%w: %q names neither :TAG nor @sha256:...", ErrInvalid, s)
+		return Ref{}, fmt.Errorf("%w: %q names neither :TAG nor @sha256:DIGEST", ErrInvalid, s)
 	}
 	if !registryRE.MatchString(reg) {
 		return Ref{}, fmt.Errorf("%w: registry %q is not a lower-case host[:port]", ErrInvalid, reg)

@@ -2,7 +2,10 @@ package guardian
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -223,3 +226,29 @@ func TestOCIPullRefusesUnsafeArtifacts(t *testing.T) {
 }
 
 func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// Credentials from a Docker config file (what --oci-auth-file reads); a
+// config file that does not exist is no credentials, not an error.
+func TestOCIPullDockerConfigAuth(t *testing.T) {
+	reg := ocitest.New(t)
+	reg.RequireAuth(ociUser, ociPassword)
+	reg.PushFiles(t, "acme/private", "v1", oci.ArtifactTypeModel, modelFiles(), nil)
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	auth := base64.StdEncoding.EncodeToString([]byte(ociUser + ":" + ociPassword))
+	if err := os.WriteFile(cfg, []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, Config{OCI: OCIConfig{InsecureRegistries: []string{reg.Host}, AuthFile: cfg}}, nil)
+	e.ociPull(t, "p1", "private", reg.Ref("acme/private", "v1"), "", "")
+	if v := e.settled(t, "private", 1); v.Status != catalog.StatusPublished {
+		t.Fatalf("with the Docker config: %+v\nlogs:\n%s", v, e.logs.String())
+	}
+	if strings.Contains(e.logs.String(), ociPassword) || strings.Contains(e.logs.String(), auth) {
+		t.Fatal("the registry credentials leaked into the logs")
+	}
+	none := start(t, Config{OCI: OCIConfig{InsecureRegistries: []string{reg.Host}, AuthFile: filepath.Join(t.TempDir(), "missing.json")}}, nil)
+	none.ociPull(t, "p2", "private", reg.Ref("acme/private", "v1"), "", "")
+	if v := none.settled(t, "private", 1); v.Status != catalog.StatusRejected || !hasReason(v, CodeOCIError, "") {
+		t.Fatalf("without credentials: %+v", v)
+	}
+}
