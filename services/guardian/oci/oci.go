@@ -139,7 +139,6 @@ func New(cfg Config) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: refuseLinkLocal}
 		t.DialContext = d.DialContext
-		t.Proxy = nil
 		hc.Transport = t
 	}
 	hc.CheckRedirect = checkRedirect
