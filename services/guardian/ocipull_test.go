@@ -252,3 +252,33 @@ func TestOCIPullDockerConfigAuth(t *testing.T) {
 		t.Fatalf("without credentials: %+v", v)
 	}
 }
+
+// A ModelKit archive layer tampered with is rejected before anything is
+// extracted from it; an aiforge artifact whose sha256 annotation disagrees
+// with its layer is rejected too.
+func TestOCIPullRejectsTamperedArchiveAndAnnotation(t *testing.T) {
+	reg := ocitest.New(t)
+	kit := map[string]any{"manifestVersion": "1.0.0", "model": map[string]any{"path": "model.safetensors"}}
+	pushed := reg.PushModelKit(t, "acme/kit", "v1", kit, []ocitest.KitLayer{
+		{Role: "model", Files: map[string][]byte{"model.safetensors": safetensors(map[string][]int64{"w": {2, 2}})}},
+	})
+	reg.Tamper(pushed.Layers[0].Digest.String())
+	files := map[string][]byte{"README.md": []byte("# x\n")}
+	reg.PushFiles(t, "acme/annotated", "v1", oci.ArtifactTypeModel, files,
+		map[string]string{"ai.aiforge.model.sha256s": `{"README.md":"` + ocitest.SHA256([]byte("other")) + `"}`})
+	e := startOCI(t, reg, "", "")
+
+	e.ociPull(t, "p1", "kit", reg.Ref("acme/kit", "v1"), "", "")
+	v := e.settled(t, "kit", 1)
+	if v.Status != catalog.StatusRejected || !hasReason(v, "hash_mismatch", "") || len(v.Files) != 0 {
+		t.Fatalf("tampered archive: %+v", v)
+	}
+	for info, err := range e.objects.List(context.Background(), v.Prefix) {
+		t.Fatalf("extracted from a tampered layer: %+v %v", info, err)
+	}
+
+	e.ociPull(t, "p2", "annotated", reg.Ref("acme/annotated", "v1"), "", "")
+	if v := e.settled(t, "annotated", 1); v.Status != catalog.StatusRejected || !hasReason(v, "hash_mismatch", "README.md") {
+		t.Fatalf("annotation mismatch: %+v", v)
+	}
+}
