@@ -44,6 +44,11 @@ const (
 	CodeConflict         = "conflict"
 	CodeInternal         = "internal_error"
 	CodeOverloaded       = "overloaded"
+	// CodeModelWarming (503, with Retry-After): the model's engine was
+	// asleep (scaled to zero) and did not become healthy within the
+	// worker's cold start wait; it goes on starting, so retry after the
+	// Retry-After delay.
+	CodeModelWarming = "model_warming"
 	// CodeStorageUnavailable: the server has no object store configured,
 	// so the APIs that keep files cannot work.
 	CodeStorageUnavailable = "storage_unavailable"
@@ -249,6 +254,15 @@ func ErrBodyTooLarge(limit int64) *Error {
 func ErrNoWorker(model string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeNoWorker,
 		Message: fmt.Sprintf("No worker is serving the model '%s' right now. Retry later.", model)}
+}
+
+// ErrModelWarming answers a request that waited for an asleep engine to
+// start longer than the cold start wait; retryAfter is the expected rest
+// of the start (at least a second).
+func ErrModelWarming(model string, retryAfter time.Duration) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeModelWarming,
+		RetryAfter: max(retryAfter, time.Second),
+		Message:    fmt.Sprintf("The model '%s' was scaled to zero and is starting. Retry after the Retry-After delay.", model)}
 }
 
 func ErrEngine(msg string) *Error {

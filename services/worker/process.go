@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
@@ -54,11 +55,15 @@ func (s *Service) setupProcess() error {
 		StopGrace:     ep.StopGrace,
 		ProbeInterval: ep.ProbeInterval,
 		OnChange:      s.onProcess,
+		OnColdStart: func(d time.Duration) {
+			s.deps.Metrics.coldStart.WithLabelValues(s.cfg.Model, p.Kind, s.cfg.Engine.ID).Observe(d.Seconds())
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("worker %s: %w", s.cfg.Model, err)
 	}
 	s.proc = sup
+	s.idleStop = p.IdleStop.D()
 	return nil
 }
 
@@ -66,6 +71,7 @@ func (s *Service) setupProcess() error {
 // checked at once: a crashed engine pauses the replica now rather than at
 // the next health tick, a restarted one serves again as soon as it can.
 func (s *Service) onProcess(st engineproc.State) {
+	s.noteProcChange()
 	if s.state != nil {
 		s.state.update(func(ws *registry.WorkerState) { ws.Process = processState(s.proc.Kind(), st) })
 	}
@@ -80,6 +86,7 @@ func (s *Service) onProcess(st engineproc.State) {
 func processState(kind string, st engineproc.State) *registry.ProcessState {
 	ps := &registry.ProcessState{
 		Kind: kind, State: st.Phase, PID: st.PID, Restarts: st.Restarts,
+		Wakes: st.Wakes, LastColdStart: registry.Duration(st.LastColdStart),
 		LastError: st.LastError, LastErrorAt: st.LastErrorAt,
 		MoEPlacement: st.Placement.Mode, MoECPULayers: st.Placement.CPULayers,
 		MoELayers: st.Placement.MoELayers, MoEExpertsUsed: int(st.Placement.ExpertUsedCount),
