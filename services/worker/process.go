@@ -71,10 +71,10 @@ func (s *Service) setupProcess() error {
 // checked at once: a crashed engine pauses the replica now rather than at
 // the next health tick, a restarted one serves again as soon as it can.
 func (s *Service) onProcess(st engineproc.State) {
-	s.noteProcChange()
 	if s.state != nil {
 		s.state.update(func(ws *registry.WorkerState) { ws.Process = processState(s.proc.Kind(), st) })
 	}
+	s.noteProcChange() // after the state: a woken request sees it recorded
 	if st.Phase == engineproc.PhaseServing || st.Phase == engineproc.PhaseUnhealthy {
 		select {
 		case s.recheck <- struct{}{}:

@@ -63,6 +63,9 @@ func (s *Service) idleLoop(ctx context.Context) {
 // maybeSleep stops the engine when nothing is in the worker and the last
 // request ended idleStop ago; it reports whether it did.
 func (s *Service) maybeSleep() bool {
+	if !s.idleEnabled() {
+		return false
+	}
 	s.sleepMu.Lock()
 	defer s.sleepMu.Unlock()
 	if s.proc.Asleep() || s.active.Load() > 0 || (s.server != nil && (s.server.Running() > 0 || s.server.Waiting() > 0)) {
@@ -117,7 +120,9 @@ func (s *Service) awake(ctx context.Context) *bridge.Error {
 			s.log.Warn("the engine failed to start for a request after scaling to zero", "err", st.LastError)
 			e := contracts.ErrNoWorker(s.cfg.Model)
 			e.Message = fmt.Sprintf("The engine of the model '%s' was scaled to zero and failed to start; it is being retried (operators: GET /admin/v1/models/%s). Retry later.", s.cfg.Model, s.cfg.Model)
-			return &bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body(), Retryable: true}
+			// Not retryable: the client gets this answer (or the model's
+			// fallback), not a retry that finds the replica paused.
+			return &bridge.Error{Status: e.Status, Code: e.Code, Message: e.Message, Body: e.Body()}
 		}
 		select {
 		case <-ctx.Done():

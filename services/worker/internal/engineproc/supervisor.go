@@ -393,6 +393,9 @@ func (s *Supervisor) runOnce(ctx context.Context) (time.Duration, error) {
 	cold := time.Duration(0)
 	if !wakeAt.IsZero() {
 		cold = started.Sub(wakeAt)
+		if s.cfg.OnColdStart != nil {
+			s.cfg.OnColdStart(cold) // before the requests waiting for it are let go
+		}
 	}
 	s.update(func(st *State) {
 		st.Phase = PhaseServing
@@ -402,9 +405,6 @@ func (s *Supervisor) runOnce(ctx context.Context) (time.Duration, error) {
 	})
 	if cold > 0 {
 		s.log.Info("engine process serving after a cold start", "pid", p.cmd.Process.Pid, "cold_start", cold)
-		if s.cfg.OnColdStart != nil {
-			s.cfg.OnColdStart(cold)
-		}
 	} else {
 		s.log.Info("engine process serving", "pid", p.cmd.Process.Pid)
 	}
