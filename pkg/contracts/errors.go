@@ -201,14 +201,21 @@ func Write(w http.ResponseWriter, e *Error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
-	switch {
-	case e.RetryAfter > 0:
-		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
-	case h.Get("Retry-After") == "" && e.Status == http.StatusServiceUnavailable:
-		h.Set("Retry-After", retryAfterSeconds(DefaultRetryAfter))
-	}
+	SetRetryAfter(h, e.Status, e.RetryAfter)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.Body())
+}
+
+// SetRetryAfter sets the Retry-After header of an error answer as Write
+// does: d when positive, else a Retry-After already set is kept, and a 503
+// without one gets DefaultRetryAfter.
+func SetRetryAfter(h http.Header, status int, d time.Duration) {
+	switch {
+	case d > 0:
+		h.Set("Retry-After", retryAfterSeconds(d))
+	case h.Get("Retry-After") == "" && status == http.StatusServiceUnavailable:
+		h.Set("Retry-After", retryAfterSeconds(DefaultRetryAfter))
+	}
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up: Retry-After's

@@ -71,6 +71,11 @@ func (s *Service) setupProcess() error {
 // checked at once: a crashed engine pauses the replica now rather than at
 // the next health tick, a restarted one serves again as soon as it can.
 func (s *Service) onProcess(st engineproc.State) {
+	if st.Phase == engineproc.PhaseServing {
+		// A (re)started engine gets its whole idle stop before it may
+		// sleep, however long ago the request that woke it ended.
+		s.lastActive.Store(s.now().UnixNano())
+	}
 	if s.state != nil {
 		s.state.update(func(ws *registry.WorkerState) { ws.Process = processState(s.proc.Kind(), st) })
 	}
