@@ -258,3 +258,35 @@ func TestNoIdleStopNeverSleeps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A worker stopped while its engine is asleep stops at once, its engine
+// process stopped for good (not woken to be stopped).
+func TestStopWhileAsleep(t *testing.T) {
+	h := newHarness(t)
+	clock := newFakeClock()
+	model := filepath.Join(t.TempDir(), "m.gguf")
+	if err := ggufgen.WriteFile(model, ggufgen.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := supervisedConfig(t, "sleepy", registry.EngineProcess{
+		Kind: registry.ProcessLlamaServer, Binary: exe, ModelPath: model, Env: map[string]string{fakeengine.FakeEnv: "1"},
+		IdleStop: registry.Duration(time.Hour),
+	})
+	cfg.IdleCheckInterval = 2 * time.Millisecond
+	deps := h.deps()
+	deps.Now = clock.Now
+	svc, done, stop := h.runWorkerCancel(cfg, deps)
+	eventually(t, 30*time.Second, "ready", svc.Ready)
+	h.asleep(t, clock)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := svc.proc.State(); st.Phase != registry.ProcessStopped || st.Wakes != 0 || st.PID != 0 {
+		t.Fatalf("engine after the worker stopped: %+v", st)
+	}
+}
