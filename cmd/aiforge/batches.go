@@ -560,6 +560,7 @@ type engineProcessFlags struct {
 	class, kind, model, binary, placement string
 	port, contextSize, slots              int
 	args, env                             []string
+	idleStop                              time.Duration
 }
 
 func (f *engineProcessFlags) add(c *cobra.Command) {
@@ -573,6 +574,7 @@ func (f *engineProcessFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.placement, "moe-placement", "", "a MoE model's experts: auto (from free memory and the GGUF), cpu, or N layers' experts on the CPU")
 	c.Flags().Var((*repeated)(&f.args), "process-arg", "an extra engine argument (repeatable)")
 	c.Flags().Var((*repeated)(&f.env), "process-env", "an extra engine environment variable NAME=VALUE (repeatable; never secrets)")
+	c.Flags().DurationVar(&f.idleStop, "idle-stop", 0, "scale the supervised engine to zero after this long without requests (e.g. 5m); the next request starts it again (0: never)")
 }
 
 // apply adds the flags to an engine of the admin API.
@@ -581,8 +583,8 @@ func (f *engineProcessFlags) apply(engine map[string]any) error {
 		engine["class"] = f.class
 	}
 	if f.kind == "" {
-		if f.model != "" || f.binary != "" || f.port != 0 || f.placement != "" || len(f.args) > 0 || len(f.env) > 0 || f.contextSize != 0 || f.slots != 0 {
-			return fmt.Errorf("--process-* and --moe-placement need --process-kind")
+		if f.model != "" || f.binary != "" || f.port != 0 || f.placement != "" || len(f.args) > 0 || len(f.env) > 0 || f.contextSize != 0 || f.slots != 0 || f.idleStop != 0 {
+			return fmt.Errorf("--process-*, --moe-placement and --idle-stop need --process-kind")
 		}
 		return nil
 	}
@@ -596,6 +598,12 @@ func (f *engineProcessFlags) apply(engine map[string]any) error {
 		if v != 0 {
 			p[k] = v
 		}
+	}
+	if f.idleStop < 0 {
+		return fmt.Errorf("--idle-stop must not be negative (0: never scale to zero)")
+	}
+	if f.idleStop > 0 {
+		p["idle_stop"] = f.idleStop.String()
 	}
 	if len(f.args) > 0 {
 		p["args"] = f.args

@@ -259,13 +259,14 @@ func TestBatchesCommands(t *testing.T) {
 		t.Fatalf("prices %+v %v", ph, err)
 	}
 	e.must(t, "models", "register", "deepseek", "--process-kind", "llama-server", "--process-model", "/models/ds.gguf", "--process-port", "8091",
-		"--moe-placement", "auto", "--class", "cpu-moe", "--process-arg", "--mlock", "--process-env", "LLAMA_ARG_THREADS=32")
+		"--moe-placement", "auto", "--class", "cpu-moe", "--process-arg", "--mlock", "--process-env", "LLAMA_ARG_THREADS=32", "--idle-stop", "5m")
 	var m struct {
 		Engine registry.Engine `json:"engine"`
 	}
 	if err := prices.Do(context.Background(), "GET", "/admin/v1/models/deepseek", nil, &m); err != nil || m.Engine.Class != "cpu-moe" || m.Engine.Process == nil ||
 		m.Engine.Process.Kind != "llama-server" || m.Engine.Process.MoEPlacement != "auto" || m.Engine.BaseURL != "http://127.0.0.1:8091/v1" ||
-		m.Engine.Model != "deepseek" || m.Engine.Process.Env["LLAMA_ARG_THREADS"] != "32" || m.Engine.Process.Args[0] != "--mlock" {
+		m.Engine.Model != "deepseek" || m.Engine.Process.Env["LLAMA_ARG_THREADS"] != "32" || m.Engine.Process.Args[0] != "--mlock" ||
+		m.Engine.Process.IdleStop.D() != 5*time.Minute {
 		t.Fatalf("model %+v %v", m.Engine, err)
 	}
 	if _, _, err := e.aiforge(t, "models", "register", "x", "--upstream", "u"); err == nil || !strings.Contains(err.Error(), "--base-url is required") {
@@ -273,6 +274,9 @@ func TestBatchesCommands(t *testing.T) {
 	}
 	if _, _, err := e.aiforge(t, "models", "register", "x", "--base-url", "http://a/v1", "--upstream", "u", "--moe-placement", "cpu"); err == nil || !strings.Contains(err.Error(), "--process-kind") {
 		t.Fatalf("process flags without a kind: %v", err)
+	}
+	if _, _, err := e.aiforge(t, "models", "register", "x", "--base-url", "http://a/v1", "--upstream", "u", "--idle-stop", "5m"); err == nil || !strings.Contains(err.Error(), "--process-kind") {
+		t.Fatalf("--idle-stop without a kind: %v", err)
 	}
 }
 

@@ -116,7 +116,11 @@ func statusRows(ms []modelStatusOut, now time.Time) [][]string {
 					lastErr += " (" + ago(now, r.LastErrorAt) + ")"
 				}
 			}
-			rows = append(rows, []string{m.Name, m.Status.State, r.WorkerID, engineID, r.State, upstream, keyCell(m, &r),
+			replica := r.State
+			if p := r.Process; p != nil && r.State == registry.WorkerServing && p.State == registry.ProcessAsleep {
+				replica += " (engine asleep)" // scaled to zero: the next request wakes it
+			}
+			rows = append(rows, []string{m.Name, m.Status.State, r.WorkerID, engineID, replica, upstream, keyCell(m, &r),
 				slots, ctxWin, ago(now, r.UpdatedAt), lastErr})
 		}
 	}

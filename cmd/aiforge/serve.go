@@ -35,6 +35,7 @@ type serveFlags struct {
 	credsDir                      string
 	logLevel                      string
 	grace                         time.Duration
+	coldStartWait                 time.Duration
 	drainDelay                    time.Duration
 	idle                          time.Duration
 	maxConns                      int
@@ -75,6 +76,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().StringVar(&f.listen, "listen", env("AIFORGE_LISTEN", "127.0.0.1:8080"), "HTTP address of the API (edge)")
 	c.Flags().StringVar(&f.logLevel, "log-level", env("AIFORGE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	c.Flags().DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long open streams may finish on shutdown")
+	c.Flags().DurationVar(&f.coldStartWait, "cold-start-wait", envDuration("AIFORGE_COLD_START_WAIT", worker.DefaultColdStartWait), "workers: how long a request waits for an engine scaled to zero (models register --idle-stop) to start; past it the answer is 503 model_warming with Retry-After, and the engine goes on starting")
 	c.Flags().DurationVar(&f.drainDelay, "drain-delay", envDuration("AIFORGE_DRAIN_DELAY", 0), "edge: on shutdown, go on serving this long with readiness off and \"Connection: close\" on every response, so a load balancer and kept-alive clients leave it before it stops accepting (behind a load balancer: a few seconds)")
 	c.Flags().DurationVar(&f.idle, "idle-timeout", 90*time.Second, "edge: close keep-alive connections idle this long")
 	c.Flags().IntVar(&f.maxConns, "max-connections", 10000, "edge: client connections open at once; more are answered 503")
@@ -157,6 +159,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Usage.DedupHorizon = f.dedup
 	o.Edge.Streams.Replicas = f.replicas
 	o.WorkerDefaults.DrainTimeout = f.grace
+	o.WorkerDefaults.ColdStartWait = f.coldStartWait
 	s3, err := s3FromEnv()
 	if err != nil {
 		return app.Options{}, err
@@ -215,7 +218,7 @@ func checkEnv() error {
 			}
 		}
 	}
-	for _, name := range []string{"AIFORGE_RESERVATION_TTL", "AIFORGE_BATCH_WINDOW", "AIFORGE_BATCH_ACK_WAIT"} {
+	for _, name := range []string{"AIFORGE_RESERVATION_TTL", "AIFORGE_BATCH_WINDOW", "AIFORGE_BATCH_ACK_WAIT", "AIFORGE_COLD_START_WAIT"} {
 		if v := os.Getenv(name); v != "" {
 			if _, err := time.ParseDuration(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q is not a duration (e.g. 15m)", name, v))
@@ -398,6 +401,7 @@ the edge seals them with the public key in AIFORGE_SECRETS_PUBLIC_KEY_FILE (or s
 					w.Engine.APIKey = os.Getenv(engineKeyEnv)
 				}
 				o.Worker = w
+				o.Worker.ColdStartWait = f.coldStartWait
 			}
 			stopTracing, err := setupTracing(cmd.Context(), &o, serviceName(args[0]))
 			if err != nil {

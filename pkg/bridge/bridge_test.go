@@ -996,3 +996,16 @@ func TestRepliesUnderBridgeNamespace(t *testing.T) {
 		})
 	}
 }
+
+// An error's Retry-After reaches the edge with it.
+func TestErrorCarriesRetryAfter(t *testing.T) {
+	b := newBus(t)
+	b.server(bridge.ServerConfig{WorkerID: "w1"}, func(ctx context.Context, req *bridge.Request, w *bridge.ResponseWriter) {
+		_ = w.Fail(&bridge.Error{Status: http.StatusServiceUnavailable, Code: "model_warming", Message: "starting", RetryAfter: 2500 * time.Millisecond})
+	})
+	_, err := b.client(bridge.ClientConfig{}).Do(testCtx(t), newReq("{}"), func([]byte) error { return nil })
+	var be *bridge.Error
+	if !errors.As(err, &be) || be.Code != "model_warming" || be.RetryAfter != 2500*time.Millisecond || be.Retryable {
+		t.Fatalf("%v (%+v)", err, be)
+	}
+}

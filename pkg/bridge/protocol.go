@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -87,6 +88,9 @@ const (
 	HdrContentType   = "Content-Type"
 	HdrTraceParent   = "traceparent"
 	HdrTraceState    = "tracestate"
+	// HdrRetryAfter on an error frame is how long the client should wait
+	// before it tries again, in milliseconds (Error.RetryAfter).
+	HdrRetryAfter = "Aiforge-Retry-After-Ms"
 )
 
 // Frame kinds.
@@ -226,6 +230,9 @@ type Error struct {
 	Retryable bool
 	// AfterData is true when data frames had already reached the caller.
 	AfterData bool
+	// RetryAfter, when positive, is how long the client should wait
+	// before trying again (the edge's Retry-After header).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("bridge: %d %s: %s", e.Status, e.Code, e.Message) }
@@ -239,6 +246,9 @@ func errorFromFrame(m *nats.Msg) *Error {
 		st = http.StatusBadGateway
 	}
 	e := &Error{Status: st, Code: m.Header.Get(HdrCode), Retryable: m.Header.Get(HdrRetryable) == "1"}
+	if ms, err := strconv.ParseInt(m.Header.Get(HdrRetryAfter), 10, 64); err == nil && ms > 0 && ms <= int64(time.Hour/time.Millisecond) {
+		e.RetryAfter = time.Duration(ms) * time.Millisecond
+	}
 	if len(m.Data) > 0 && m.Data[0] == '{' {
 		e.Body = append([]byte(nil), m.Data...)
 	} else {

@@ -529,6 +529,9 @@ func (w *ResponseWriter) Fail(e *Error) error {
 	m.Header.Set(HdrStatus, strconv.Itoa(e.Status))
 	m.Header.Set(HdrCode, e.Code)
 	m.Header.Set(HdrRetryable, boolHdr(e.Retryable && w.sent == 0))
+	if e.RetryAfter > 0 {
+		m.Header.Set(HdrRetryAfter, strconv.FormatInt(e.RetryAfter.Milliseconds(), 10))
+	}
 	if len(e.Body) > 0 {
 		m.Data = e.Body
 	} else {

@@ -44,6 +44,11 @@ const (
 	CodeConflict         = "conflict"
 	CodeInternal         = "internal_error"
 	CodeOverloaded       = "overloaded"
+	// CodeModelWarming (503, with Retry-After): the model's engine was
+	// asleep (scaled to zero) and did not become healthy within the
+	// worker's cold start wait; it goes on starting, so retry after the
+	// Retry-After delay.
+	CodeModelWarming = "model_warming"
 	// CodeStorageUnavailable: the server has no object store configured,
 	// so the APIs that keep files cannot work.
 	CodeStorageUnavailable = "storage_unavailable"
@@ -196,14 +201,21 @@ func Write(w http.ResponseWriter, e *Error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
-	switch {
-	case e.RetryAfter > 0:
-		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
-	case h.Get("Retry-After") == "" && e.Status == http.StatusServiceUnavailable:
-		h.Set("Retry-After", retryAfterSeconds(DefaultRetryAfter))
-	}
+	SetRetryAfter(h, e.Status, e.RetryAfter)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.Body())
+}
+
+// SetRetryAfter sets the Retry-After header of an error answer as Write
+// does: d when positive, else a Retry-After already set is kept, and a 503
+// without one gets DefaultRetryAfter.
+func SetRetryAfter(h http.Header, status int, d time.Duration) {
+	switch {
+	case d > 0:
+		h.Set("Retry-After", retryAfterSeconds(d))
+	case h.Get("Retry-After") == "" && status == http.StatusServiceUnavailable:
+		h.Set("Retry-After", retryAfterSeconds(DefaultRetryAfter))
+	}
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up: Retry-After's
@@ -249,6 +261,15 @@ func ErrBodyTooLarge(limit int64) *Error {
 func ErrNoWorker(model string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeNoWorker,
 		Message: fmt.Sprintf("No worker is serving the model '%s' right now. Retry later.", model)}
+}
+
+// ErrModelWarming answers a request that waited for an asleep engine to
+// start longer than the cold start wait; retryAfter is the expected rest
+// of the start (at least a second).
+func ErrModelWarming(model string, retryAfter time.Duration) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeModelWarming,
+		RetryAfter: max(retryAfter, time.Second),
+		Message:    fmt.Sprintf("The model '%s' was scaled to zero and is starting. Retry after the Retry-After delay.", model)}
 }
 
 func ErrEngine(msg string) *Error {

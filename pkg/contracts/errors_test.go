@@ -232,6 +232,8 @@ func TestWriteRetryAfter(t *testing.T) {
 		{"429 handler's header", ErrOverloaded("m"), "4", "4"},
 		{"500 none", ErrInternal("x"), "", ""},
 		{"429 none", ErrOverloaded("m"), "", ""},
+		{"model_warming: the rest of the start", ErrModelWarming("m", 4200*time.Millisecond), "", "5"},
+		{"model_warming: at least a second", ErrModelWarming("m", 0), "", "1"},
 	} {
 		rec := httptest.NewRecorder()
 		if tc.preset != "" {
@@ -257,6 +259,7 @@ func TestCatalogStatusesAndTypes(t *testing.T) {
 		{ErrModelNotFound("m"), 404, TypeInvalidRequest, CodeModelNotFound},
 		{ErrBodyTooLarge(1), 413, TypeInvalidRequest, CodeBodyTooLarge},
 		{ErrNoWorker("m"), 503, TypeServer, CodeNoWorker},
+		{ErrModelWarming("m", time.Second), 503, TypeServer, CodeModelWarming},
 		{ErrEngine("x"), 502, TypeServer, CodeEngineError},
 		{ErrEngineTimeout("x"), 504, TypeServer, CodeEngineTimeout},
 		{ErrWorkerLost(), 502, TypeServer, CodeWorkerLost},

@@ -264,6 +264,11 @@ type EngineProcess struct {
 	Args []string `json:"args,omitempty"`
 	// Env is extra environment for the engine (never secrets).
 	Env map[string]string `json:"env,omitempty"`
+	// IdleStop scales the engine to zero: after this long with no request
+	// in flight or queued, the worker stops the process and keeps serving
+	// the model as asleep (ProcessAsleep); the next request starts it
+	// again and waits for it (the worker's cold start wait). 0: never.
+	IdleStop Duration `json:"idle_stop,omitempty"`
 }
 
 // Engine kinds (Engine.Kind).

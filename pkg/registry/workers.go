@@ -83,6 +83,10 @@ const (
 	ProcessServing   = "serving"
 	ProcessUnhealthy = "unhealthy"
 	ProcessStopped   = "stopped"
+	// ProcessAsleep: the engine was stopped after its idle time
+	// (EngineProcess.IdleStop); the replica still takes requests, and the
+	// first one starts the engine again.
+	ProcessAsleep = "asleep"
 )
 
 // ProcessState is what a worker reports about the engine process it
@@ -91,10 +95,14 @@ type ProcessState struct {
 	Kind string `json:"kind"`
 	// State is ProcessStarting (started, not healthy yet), ProcessServing,
 	// ProcessUnhealthy (exited and about to be restarted, or failing its
-	// health probes) or ProcessStopped.
+	// health probes), ProcessAsleep (scaled to zero) or ProcessStopped.
 	State    string `json:"state"`
 	PID      int    `json:"pid,omitempty"`
 	Restarts int    `json:"restarts"`
+	// Wakes counts starts of an asleep engine by a request, and
+	// LastColdStart how long the last one took to become healthy.
+	Wakes         int      `json:"wakes,omitempty"`
+	LastColdStart Duration `json:"last_cold_start,omitempty"`
 	// LastError is why the process last stopped serving or failed to
 	// start, with the tail of its output.
 	LastError   string    `json:"last_error,omitempty"`

@@ -43,6 +43,8 @@ const (
 	DefaultDrainTimeout      = 30 * time.Second
 	DefaultEngineWaitMax     = 5 * time.Second
 	DefaultStateInterval     = 5 * time.Second
+	DefaultColdStartWait     = 2 * time.Minute
+	DefaultIdleCheckInterval = time.Second
 )
 
 // Config configures one worker.
@@ -91,6 +93,14 @@ type Config struct {
 	// 8 x RetryInterval (1s), 10 min to become healthy, 10 s between
 	// SIGTERM and SIGKILL, a probe every 5 s).
 	EngineProcess EngineProcessConfig
+	// ColdStartWait bounds how long a request waits for a supervised
+	// engine scaled to zero (EngineProcess.IdleStop) to start; past it the
+	// request is answered 503 model_warming with a Retry-After, and the
+	// engine goes on starting. Default 2m.
+	ColdStartWait time.Duration
+	// IdleCheckInterval is how often an engine with an idle stop is
+	// checked for idleness (at most its idle stop). Default 1s.
+	IdleCheckInterval time.Duration
 }
 
 // EngineProcessConfig tunes engine process supervision.
@@ -153,6 +163,8 @@ func (c Config) ValidateDefaults() error {
 		{"EngineProcess.StartTimeout", c.EngineProcess.StartTimeout},
 		{"EngineProcess.StopGrace", c.EngineProcess.StopGrace},
 		{"EngineProcess.ProbeInterval", c.EngineProcess.ProbeInterval},
+		{"ColdStartWait", c.ColdStartWait},
+		{"IdleCheckInterval", c.IdleCheckInterval},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
@@ -211,6 +223,12 @@ func (c Config) withDefaults() Config {
 	if c.EngineDir == "" {
 		c.EngineDir = filepath.Join(os.TempDir(), "aiforge-engines")
 	}
+	if c.ColdStartWait == 0 {
+		c.ColdStartWait = DefaultColdStartWait
+	}
+	if c.IdleCheckInterval == 0 {
+		c.IdleCheckInterval = DefaultIdleCheckInterval
+	}
 	return c
 }
 
@@ -239,6 +257,9 @@ type Deps struct {
 	HTTPClient *http.Client
 	// Hooks let a supervisor follow the worker's state; optional.
 	Hooks Hooks
+	// Now is the clock of idle stops (scale to zero); default time.Now.
+	// Tests advance their own to put an engine to sleep.
+	Now func() time.Time
 }
 
 // Hooks are called as a worker's state changes; every field is optional.

@@ -53,6 +53,8 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 			Body: contracts.ErrBadRequest("model", contracts.CodeInvalidRequest, msg).Body()})
 		return
 	}
+	s.begin()
+	defer s.end()
 	c := engine.Call{Req: req, Endpoint: ep, Started: req.ReceivedAt}
 	if c.Started.IsZero() {
 		c.Started = time.Now()
@@ -78,7 +80,12 @@ func (s *Service) handle(ctx context.Context, req *bridge.Request, w *bridge.Res
 		c.TraceFinish = true
 	}
 
-	if est, ok := s.admitEngine(&c, w); ok {
+	if be := s.awake(ctx); be != nil {
+		// Asleep and not awake in time (model_warming), or its start
+		// failed: refused before the engine, so nothing is spent.
+		c.Outcome, c.Code, c.Retryable = engine.OutcomeError, be.Code, be.Retryable
+		_ = w.Fail(be)
+	} else if est, ok := s.admitEngine(&c, w); ok {
 		s.forward(ctx, &c, w)
 		s.settleEngine(&c, est)
 	}

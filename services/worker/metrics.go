@@ -18,7 +18,10 @@ var (
 		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 	itlBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
 		0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}
-	e2eBuckets = []float64{0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
+	// coldStartBuckets span a small model's start on a warm page cache
+	// (tenths of a second) to a large one's load from disk (minutes).
+	coldStartBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600}
+	e2eBuckets       = []float64{0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
 		20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 )
 
@@ -33,6 +36,7 @@ type Metrics struct {
 	e2e        *prometheus.HistogramVec
 	prompt     *prometheus.CounterVec
 	generation *prometheus.CounterVec
+	coldStart  *prometheus.HistogramVec
 
 	runningDesc      *prometheus.Desc
 	waitingDesc      *prometheus.Desc
@@ -84,6 +88,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "aiforge_worker_generation_tokens_total",
 			Help: "Generation tokens produced.",
 		}, []string{"model"}),
+		coldStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "aiforge_engine_cold_start_seconds",
+			Help:    "Time from a request waking a supervised engine scaled to zero (idle_stop) to the engine's first healthy probe.",
+			Buckets: coldStartBuckets,
+		}, engineLabels),
 		runningDesc: prometheus.NewDesc("aiforge_worker_requests_running",
 			"Requests being handled by an engine.", []string{"model"}, nil),
 		waitingDesc: prometheus.NewDesc("aiforge_worker_requests_waiting",
@@ -96,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		engines:     make(map[*engineproc.Supervisor]trackedEngine),
 		engineDescs: newEngineDescs(),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, gauges{m}, engineCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.ttft, m.itl, m.e2e, m.prompt, m.generation, m.coldStart, gauges{m}, engineCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}

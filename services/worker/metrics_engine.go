@@ -26,10 +26,14 @@ func (m *Metrics) untrackEngine(p *engineproc.Supervisor) {
 
 var engineLabels = []string{"model", "engine", "engine_id"}
 
+// enginePhases are the values of aiforge_engine_state's state label.
+var enginePhases = []string{engineproc.PhaseStarting, engineproc.PhaseServing, engineproc.PhaseUnhealthy,
+	engineproc.PhaseAsleep, engineproc.PhaseStopped}
+
 // engineDescs are the metrics of supervised engine processes, each
 // labelled with the served model, the engine kind and the engine id.
 type engineDescs struct {
-	up, restarts                             *prometheus.Desc
+	up, restarts, state                      *prometheus.Desc
 	cpuLayers, moeLayers, expertsUsed        *prometheus.Desc
 	residentWeights, streamedWeights         *prometheus.Desc
 	readBytes, majorFaults, minorFaults, rss *prometheus.Desc
@@ -42,6 +46,8 @@ func newEngineDescs() engineDescs {
 	return engineDescs{
 		up:       d("aiforge_engine_up", "1 while the supervised engine process passes its health probes, else 0."),
 		restarts: d("aiforge_engine_restarts_total", "Restarts of the supervised engine process (after a crash, a failed start or failed probes)."),
+		state: d("aiforge_engine_state",
+			"1 for the supervised engine's state (starting, serving, unhealthy, asleep: scaled to zero, stopped), 0 for the others.", "state"),
 		cpuLayers: d("aiforge_engine_moe_cpu_layers",
 			"Layers whose experts the engine keeps on the CPU, mmap'd from the model file (llama.cpp --n-cpu-moe); the placement decided at the last start.", "placement"),
 		moeLayers:       d("aiforge_engine_moe_layers", "Layers of the model with routed experts."),
@@ -57,7 +63,8 @@ func newEngineDescs() engineDescs {
 
 func (d engineDescs) names() map[string]bool {
 	out := map[string]bool{}
-	for _, x := range []string{"up", "restarts_total", "moe_cpu_layers", "moe_layers", "moe_experts_used",
+	for _, x := range []string{"up", "restarts_total", "state", "cold_start_seconds", "cold_start_seconds_bucket",
+		"cold_start_seconds_sum", "cold_start_seconds_count", "moe_cpu_layers", "moe_layers", "moe_experts_used",
 		"moe_resident_weight_bytes", "moe_streamed_weight_bytes", "read_bytes_total",
 		"major_page_faults_total", "minor_page_faults_total", "resident_memory_bytes"} {
 		out[x] = true
@@ -101,6 +108,13 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		gauge(d.up, up)
+		for _, phase := range enginePhases {
+			v := 0.0
+			if st.Phase == phase {
+				v = 1
+			}
+			gauge(d.state, v, phase)
+		}
 		counter(d.restarts, float64(st.Restarts))
 		if pl := st.Placement; pl.Mode != "" && pl.Mode != engineproc.PlacementNone {
 			gauge(d.cpuLayers, float64(pl.CPULayers), pl.Mode)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/worker/internal/engineproc"
@@ -54,11 +55,15 @@ func (s *Service) setupProcess() error {
 		StopGrace:     ep.StopGrace,
 		ProbeInterval: ep.ProbeInterval,
 		OnChange:      s.onProcess,
+		OnColdStart: func(d time.Duration) {
+			s.deps.Metrics.coldStart.WithLabelValues(s.cfg.Model, p.Kind, s.cfg.Engine.ID).Observe(d.Seconds())
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("worker %s: %w", s.cfg.Model, err)
 	}
 	s.proc = sup
+	s.idleStop = p.IdleStop.D()
 	return nil
 }
 
@@ -66,9 +71,15 @@ func (s *Service) setupProcess() error {
 // checked at once: a crashed engine pauses the replica now rather than at
 // the next health tick, a restarted one serves again as soon as it can.
 func (s *Service) onProcess(st engineproc.State) {
+	if st.Phase == engineproc.PhaseServing {
+		// A (re)started engine gets its whole idle stop before it may
+		// sleep, however long ago the request that woke it ended.
+		s.lastActive.Store(s.now().UnixNano())
+	}
 	if s.state != nil {
 		s.state.update(func(ws *registry.WorkerState) { ws.Process = processState(s.proc.Kind(), st) })
 	}
+	s.noteProcChange() // after the state: a woken request sees it recorded
 	if st.Phase == engineproc.PhaseServing || st.Phase == engineproc.PhaseUnhealthy {
 		select {
 		case s.recheck <- struct{}{}:
@@ -80,6 +91,7 @@ func (s *Service) onProcess(st engineproc.State) {
 func processState(kind string, st engineproc.State) *registry.ProcessState {
 	ps := &registry.ProcessState{
 		Kind: kind, State: st.Phase, PID: st.PID, Restarts: st.Restarts,
+		Wakes: st.Wakes, LastColdStart: registry.Duration(st.LastColdStart),
 		LastError: st.LastError, LastErrorAt: st.LastErrorAt,
 		MoEPlacement: st.Placement.Mode, MoECPULayers: st.Placement.CPULayers,
 		MoELayers: st.Placement.MoELayers, MoEExpertsUsed: int(st.Placement.ExpertUsedCount),

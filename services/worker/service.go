@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,17 @@ type Service struct {
 	recheck chan struct{}
 	// proc supervises the engine process (Engine.Process); nil otherwise.
 	proc *engineproc.Supervisor
+	// Scale to zero (scale.go): idleStop is the engine's idle stop (0:
+	// never); active counts requests in handle, lastActive is when one
+	// last began or ended (now's clock); sleepMu orders wakes and sleeps;
+	// change is closed at the next change of the engine process.
+	idleStop   time.Duration
+	now        func() time.Time
+	active     atomic.Int64
+	lastActive atomic.Int64
+	sleepMu    sync.Mutex
+	changeMu   sync.Mutex
+	change     chan struct{}
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -65,7 +77,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		hooks:   deps.Hooks,
 		limits:  newEngineLimiter(cfg.Engine.RPM, cfg.Engine.TPM, time.Now),
 		recheck: make(chan struct{}, 1),
+		now:     deps.Now,
 	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.lastActive.Store(s.now().UnixNano())
 	if cfg.Engine.Process != nil {
 		if err := s.setupProcess(); err != nil {
 			return nil, err
@@ -170,6 +187,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("worker %s: start: %w", s.cfg.Model, err)
 	}
 	s.deps.Metrics.track(s.cfg.Model, s.server)
+	if s.idleEnabled() {
+		ictx, stopIdle := context.WithCancel(ctx)
+		idleDone := make(chan struct{})
+		go func() { defer close(idleDone); s.idleLoop(ictx) }()
+		defer func() { stopIdle(); <-idleDone }()
+	}
 	s.ready.Store(true)
 	s.state.serving(s.server, maxConc, from)
 	s.log.Info("worker serving", "engine", engine.RedactURL(s.cfg.Engine.BaseURL), "upstream_model", s.cfg.Engine.Model,
@@ -275,6 +298,20 @@ func (s *Service) healthLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.recheck:
 			full = true
+		}
+		if s.dormant() {
+			// Asleep, or waking for a request: the replica serves (its
+			// requests wake the engine); nothing to check.
+			if !healthy {
+				if rerr := s.server.Resume(); rerr != nil {
+					s.log.Error("could not resume taking requests", "err", rerr)
+					continue
+				}
+				healthy = true
+				s.ready.Store(true)
+				s.state.update(func(st *registry.WorkerState) { st.State = registry.WorkerServing })
+			}
+			continue
 		}
 		var err error
 		var rep engine.Report

@@ -81,10 +81,13 @@ type Deps struct {
 	// serves the published LoRA adapters of the models it runs and
 	// materialises their deployed versions; without it, it does neither.
 	Objects objstore.Store
+	// Now is the workers' clock of idle stops (worker.Deps.Now);
+	// optional.
+	Now func() time.Time
 }
 
 func (d Deps) worker() worker.Deps {
-	return worker.Deps{NC: d.NC, JS: d.JS, Logger: d.Logger, Metrics: d.Metrics, Tracer: d.Tracer, HTTPClient: d.HTTPClient}
+	return worker.Deps{NC: d.NC, JS: d.JS, Logger: d.Logger, Metrics: d.Metrics, Tracer: d.Tracer, HTTPClient: d.HTTPClient, Now: d.Now}
 }
 
 // Supervisor runs one worker per engine of each model in the registry, in

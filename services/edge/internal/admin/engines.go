@@ -55,6 +55,9 @@ func prepareEngine(where string, e *registry.Engine) *contracts.Error {
 	if p.ContextSize < 0 || p.Slots < 0 {
 		return bad("process.context_size", "and slots must not be negative")
 	}
+	if p.IdleStop < 0 {
+		return bad("process.idle_stop", "must not be negative (0: never scale to zero)")
+	}
 	switch mp := p.MoEPlacement; mp {
 	case "", "auto", "cpu":
 	default:

@@ -33,6 +33,9 @@ func (s *Service) mapError(ctx context.Context, err error, model string) *contra
 	if errors.As(err, &be) {
 		if len(be.Body) > 0 {
 			if e, ok := contracts.ParseError(be.Status, be.Body); ok {
+				// A worker's Retry-After (model_warming: the rest of its
+				// engine's cold start) becomes the client's.
+				e.RetryAfter = be.RetryAfter
 				return e
 			}
 		}

@@ -476,6 +476,9 @@ func WriteError(w http.ResponseWriter, apiErr *contracts.Error, err error) {
 	if errors.As(err, &be) && len(be.Body) > 0 {
 		if _, ok := contracts.ParseError(be.Status, be.Body); ok {
 			w.Header().Set("Content-Type", "application/json")
+			// The worker's Retry-After (model_warming: the rest of its
+			// engine's cold start); a 503 without one gets the default.
+			contracts.SetRetryAfter(w.Header(), be.Status, be.RetryAfter)
 			w.WriteHeader(be.Status)
 			_, _ = w.Write(be.Body)
 			return

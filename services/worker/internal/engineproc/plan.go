@@ -116,6 +116,9 @@ func Validate(p registry.EngineProcess) error {
 	if p.ContextSize < 0 || p.Slots < 0 {
 		errs = append(errs, errors.New("process context_size and slots must not be negative"))
 	}
+	if p.IdleStop < 0 {
+		errs = append(errs, errors.New("process idle_stop must not be negative (0: never scale to zero)"))
+	}
 	switch m := p.MoEPlacement; {
 	case m == "" || m == PlacementAuto:
 	case p.Kind != registry.ProcessLlamaServer:

@@ -31,6 +31,8 @@ const (
 	PhaseUnhealthy = registry.ProcessUnhealthy
 	// PhaseStopped: the supervisor stopped it.
 	PhaseStopped = registry.ProcessStopped
+	// PhaseAsleep: stopped by Sleep (scaled to zero); Wake starts it.
+	PhaseAsleep = registry.ProcessAsleep
 )
 
 // State is a supervised engine's state. It holds no secret.
@@ -45,6 +47,12 @@ type State struct {
 	LastErrorAt time.Time
 	Placement   Placement
 	Since       time.Time
+	// Waking is true from a Wake of the asleep engine until it serves
+	// (or its start fails); Wakes counts those starts, LastColdStart is
+	// how long the last one took from Wake to healthy.
+	Waking        bool
+	Wakes         int
+	LastColdStart time.Duration
 }
 
 // Config configures a Supervisor.
@@ -74,6 +82,10 @@ type Config struct {
 	SetupTimeout time.Duration
 	// OnChange is called after each state change; it must not block.
 	OnChange func(State)
+	// OnColdStart is called with the time from a Wake of the asleep
+	// engine to its first healthy probe (the cold start); it must not
+	// block.
+	OnColdStart func(time.Duration)
 }
 
 // Supervisor runs one engine process.
@@ -86,6 +98,15 @@ type Supervisor struct {
 	st      State
 	samples []Sample
 	created bool // the Ollama model was created
+
+	// sleepMu guards the wish to run: asleep is true from Sleep until
+	// Wake; stopRun ends the running process's context (Sleep); wakeAt is
+	// when the pending Wake was asked for.
+	sleepMu sync.Mutex
+	asleep  bool
+	stopRun context.CancelFunc
+	wakeAt  time.Time
+	wake    chan struct{}
 }
 
 // New validates cfg and returns a stopped supervisor.
@@ -123,8 +144,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	return &Supervisor{
 		cfg: cfg, http: cfg.HTTPClient,
-		log: cfg.Logger.With("engine", cfg.Spec.Process.Kind, "port", cfg.Spec.Port),
-		st:  State{Phase: PhaseStarting, Since: time.Now().UTC()},
+		log:  cfg.Logger.With("engine", cfg.Spec.Process.Kind, "port", cfg.Spec.Port),
+		st:   State{Phase: PhaseStarting, Since: time.Now().UTC()},
+		wake: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -138,42 +160,156 @@ func (s *Supervisor) State() State {
 // Kind is the engine kind.
 func (s *Supervisor) Kind() string { return s.cfg.Spec.Process.Kind }
 
-func (s *Supervisor) update(fn func(*State)) {
+func (s *Supervisor) update(fn func(*State)) { s.notify(s.setState(fn)) }
+
+// setState changes the state with fn and returns it; notify reports it.
+func (s *Supervisor) setState(fn func(*State)) State {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	before := s.st
 	fn(&s.st)
 	if s.st.Phase != before.Phase {
 		s.st.Since = time.Now().UTC()
 	}
-	st := s.st
-	s.mu.Unlock()
+	return s.st
+}
+
+func (s *Supervisor) notify(st State) {
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange(st)
 	}
 }
 
+// failed records a failed start or an exit; a failed wake is no longer
+// waking (its requests get the error, the start is retried as a restart).
 func (s *Supervisor) failed(phase string, err error) {
+	s.sleepMu.Lock()
+	s.wakeAt = time.Time{}
+	s.sleepMu.Unlock()
 	s.update(func(st *State) {
-		st.Phase, st.PID = phase, 0
+		st.Phase, st.PID, st.Waking = phase, 0, false
 		st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC()
 	})
 }
 
+// Sleep stops the engine (SIGTERM, SIGKILL after StopGrace) and keeps it
+// stopped, in PhaseAsleep, until Wake: scale to zero. It returns at once;
+// it reports false when the engine was already asleep.
+func (s *Supervisor) Sleep() bool {
+	s.sleepMu.Lock()
+	defer s.sleepMu.Unlock()
+	if s.asleep {
+		return false
+	}
+	s.asleep = true
+	s.wakeAt = time.Time{}
+	if s.stopRun != nil {
+		s.stopRun()
+	}
+	return true
+}
+
+// Wake starts an engine that Sleep stopped; the start is measured until
+// the engine is healthy (Config.OnColdStart). Concurrent calls start it
+// once; it reports whether this call did.
+func (s *Supervisor) Wake() bool {
+	s.sleepMu.Lock()
+	if !s.asleep {
+		s.sleepMu.Unlock()
+		return false
+	}
+	s.asleep = false
+	s.wakeAt = time.Now()
+	// Waking is set with asleep cleared: between Sleep and the next
+	// healthy start one of them always says the engine is not ready.
+	st := s.setState(func(st *State) { st.Waking = true })
+	s.sleepMu.Unlock()
+	s.notify(st)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Asleep reports whether the engine is meant to be asleep (Sleep was
+// called, Wake not since).
+func (s *Supervisor) Asleep() bool {
+	s.sleepMu.Lock()
+	defer s.sleepMu.Unlock()
+	return s.asleep
+}
+
+// runContext is the context of one start: ctx, also ended by Sleep. It is
+// nil when the engine is to stay asleep.
+func (s *Supervisor) runContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	s.sleepMu.Lock()
+	defer s.sleepMu.Unlock()
+	if s.asleep {
+		return nil, nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	s.stopRun = cancel
+	return rctx, cancel
+}
+
+// sleep waits in PhaseAsleep until Wake or ctx ends; it reports false for
+// the latter.
+func (s *Supervisor) sleep(ctx context.Context) bool {
+	s.sleepMu.Lock()
+	if !s.asleep { // woken already
+		s.sleepMu.Unlock()
+		return true
+	}
+	st := s.setState(func(st *State) { st.Phase, st.PID, st.Waking = PhaseAsleep, 0, false })
+	s.sleepMu.Unlock()
+	s.notify(st)
+	s.log.Info("engine asleep (scaled to zero); the next request starts it")
+	for s.Asleep() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.wake:
+		}
+	}
+	return true
+}
+
 // Run keeps the engine running until ctx ends, then stops it (SIGTERM,
-// SIGKILL after StopGrace) and returns nil.
+// SIGKILL after StopGrace) and returns nil. Between Sleep and Wake the
+// engine is kept stopped.
 func (s *Supervisor) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(s.cfg.Spec.Dir, "home"), 0o700); err != nil {
 		return fmt.Errorf("engine process: %w", err)
 	}
 	backoff := supervise.NewBackoff(s.cfg.RetryInterval)
 	for starts := 0; ; starts++ {
+		rctx, cancel := s.runContext(ctx)
+		if rctx == nil {
+			if !s.sleep(ctx) {
+				s.update(func(st *State) { st.Phase, st.PID, st.Waking = PhaseStopped, 0, false })
+				return nil
+			}
+			backoff = supervise.NewBackoff(s.cfg.RetryInterval)
+			starts = -1 // a wake is a start, not a restart
+			continue
+		}
 		if starts > 0 {
 			s.update(func(st *State) { st.Restarts++ })
 		}
-		served, err := s.runOnce(ctx)
+		served, err := s.runOnce(rctx)
+		slept := rctx.Err() != nil // only Sleep ends rctx before ctx
+		cancel()
 		if ctx.Err() != nil {
-			s.update(func(st *State) { st.Phase, st.PID = PhaseStopped, 0 })
+			s.update(func(st *State) { st.Phase, st.PID, st.Waking = PhaseStopped, 0, false })
 			return nil
+		}
+		if slept {
+			// Stopped by Sleep: not a failure, and the next start (a
+			// wake) is no restart.
+			s.log.Info("engine process stopped: idle", "served_for", served.Round(time.Millisecond))
+			starts = -1
+			continue
 		}
 		if served >= time.Minute {
 			backoff = supervise.NewBackoff(s.cfg.RetryInterval) // it had recovered
@@ -185,7 +321,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.update(func(st *State) { st.Phase, st.PID = PhaseStopped, 0 })
+			s.update(func(st *State) { st.Phase, st.PID, st.Waking = PhaseStopped, 0, false })
 			return nil
 		case <-t.C:
 		}
@@ -223,7 +359,10 @@ func (s *Supervisor) runOnce(ctx context.Context) (time.Duration, error) {
 	// Wait for health.
 	deadline := time.NewTimer(s.cfg.StartTimeout)
 	defer deadline.Stop()
-	wait := 50 * time.Millisecond
+	// Probed often at first: a small model's engine (a wake from zero
+	// on a warm page cache) is healthy within tens of milliseconds, and
+	// the cold start is measured to the probe that saw it.
+	wait := 10 * time.Millisecond
 	for {
 		if s.healthy(ctx, c) {
 			break
@@ -250,8 +389,28 @@ func (s *Supervisor) runOnce(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	started := time.Now()
-	s.update(func(st *State) { st.Phase = PhaseServing })
-	s.log.Info("engine process serving", "pid", p.cmd.Process.Pid)
+	s.sleepMu.Lock()
+	wakeAt := s.wakeAt
+	s.wakeAt = time.Time{}
+	s.sleepMu.Unlock()
+	cold := time.Duration(0)
+	if !wakeAt.IsZero() {
+		cold = started.Sub(wakeAt)
+		if s.cfg.OnColdStart != nil {
+			s.cfg.OnColdStart(cold) // before the requests waiting for it are let go
+		}
+	}
+	s.update(func(st *State) {
+		st.Phase = PhaseServing
+		if st.Waking {
+			st.Waking, st.Wakes, st.LastColdStart = false, st.Wakes+1, cold
+		}
+	})
+	if cold > 0 {
+		s.log.Info("engine process serving after a cold start", "pid", p.cmd.Process.Pid, "cold_start", cold)
+	} else {
+		s.log.Info("engine process serving", "pid", p.cmd.Process.Pid)
+	}
 	s.scrape(ctx, c)
 
 	probe := time.NewTicker(s.cfg.ProbeInterval)

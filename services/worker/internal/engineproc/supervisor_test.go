@@ -218,3 +218,74 @@ func TestNewValidates(t *testing.T) {
 		t.Fatalf("no port: %v", err)
 	}
 }
+
+// Sleep stops the engine and keeps it stopped (asleep, no restart); Wake
+// starts it again once however often it is called, measures the cold
+// start, and counts a wake, not a restart; a Sleep racing a Wake leaves it
+// awake or asleep, never restarting in a loop.
+func TestSleepWake(t *testing.T) {
+	var colds []time.Duration
+	var mu sync.Mutex
+	sup, rec, _ := fake(t, nil, func(c *Config) {
+		c.OnColdStart = func(d time.Duration) { mu.Lock(); colds = append(colds, d); mu.Unlock() }
+	})
+	eventually(t, 20*time.Second, "serving", func() bool { return sup.State().Phase == PhaseServing })
+	if sup.Wake() {
+		t.Fatal("Wake of an awake engine started it")
+	}
+	pid := sup.State().PID
+	for cycle := 1; cycle <= 2; cycle++ {
+		if !sup.Sleep() || sup.Sleep() {
+			t.Fatal("Sleep reported wrongly")
+		}
+		eventually(t, 20*time.Second, "asleep", func() bool { return sup.State().Phase == PhaseAsleep })
+		if alive(pid) || sup.State().PID != 0 {
+			t.Fatalf("asleep with pid %d alive", pid)
+		}
+		woke := 0
+		var wg sync.WaitGroup
+		var wmu sync.Mutex
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if sup.Wake() {
+					wmu.Lock()
+					woke++
+					wmu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if woke != 1 || !sup.State().Waking {
+			t.Fatalf("cycle %d: %d wakes started it; state %+v", cycle, woke, sup.State())
+		}
+		eventually(t, 20*time.Second, "serving again", func() bool { st := sup.State(); return st.Phase == PhaseServing && !st.Waking })
+		st := sup.State()
+		if st.PID == pid || !alive(st.PID) || st.Wakes != cycle || st.Restarts != 0 || st.LastColdStart <= 0 {
+			t.Fatalf("cycle %d: state %+v", cycle, st)
+		}
+		pid = st.PID
+	}
+	mu.Lock()
+	n := len(colds)
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d cold starts measured", n)
+	}
+	// Woken before the stopped engine was even seen asleep: it serves.
+	sup.Sleep()
+	sup.Wake()
+	eventually(t, 20*time.Second, "serving after a sleep and a wake at once", func() bool {
+		st := sup.State()
+		return st.Phase == PhaseServing && !st.Waking && st.PID != pid
+	})
+	if st := sup.State(); st.Restarts != 0 || st.Wakes != 3 {
+		t.Fatalf("state %+v", st)
+	}
+	for _, p := range rec.phases() {
+		if p == PhaseUnhealthy {
+			t.Fatalf("a sleep or wake looked like a failure: %v", rec.phases())
+		}
+	}
+}

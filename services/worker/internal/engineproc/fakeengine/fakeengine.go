@@ -34,6 +34,13 @@ const (
 	IgnoreTermEnv = "AIFORGE_FAKE_ENGINE_IGNORE_TERM"
 	// ArgsFileEnv names a file the arguments are written to, one a line.
 	ArgsFileEnv = "AIFORGE_FAKE_ENGINE_ARGS_FILE"
+	// ExitFileEnv names a file: when it exists at start, the engine
+	// prints its content and exits 3 (a start that fails after earlier
+	// ones did not).
+	ExitFileEnv = "AIFORGE_FAKE_ENGINE_EXIT_FILE"
+	// HoldFileEnv names a file: while it exists, /health answers 503 (an
+	// engine still loading its model).
+	HoldFileEnv = "AIFORGE_FAKE_ENGINE_HOLD_FILE"
 )
 
 // Main serves when FakeEnv is "1"; otherwise it returns at once.
@@ -52,6 +59,13 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, msg)
 		return 3
 	}
+	if f := os.Getenv(ExitFileEnv); f != "" {
+		if msg, err := os.ReadFile(f); err == nil {
+			fmt.Fprintln(os.Stderr, strings.TrimSpace(string(msg)))
+			return 3
+		}
+	}
+	hold := os.Getenv(HoldFileEnv)
 	if os.Getenv(IgnoreTermEnv) == "1" {
 		signal.Ignore(syscall.SIGTERM)
 	}
@@ -86,6 +100,12 @@ func serve(args []string) int {
 		fmt.Fprintf(w, "# TYPE llamacpp:labelled gauge\nllamacpp:labelled{slot=\"0\"} 1\n")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if hold != "" && r.URL.Path == "/health" {
+			if _, err := os.Stat(hold); err == nil {
+				http.Error(w, `{"error":{"message":"Loading model","code":503}}`, http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if strings.HasPrefix(r.URL.Path, "/v1/chat") || strings.HasPrefix(r.URL.Path, "/v1/completions") {
 			served.Add(1)
 		}
