@@ -192,7 +192,7 @@ func TestSupervisedOllamaScalesToZeroAndBack(t *testing.T) {
 	for _, l := range o.metricLines(t, "aiforge_engine_state") {
 		t.Logf("metric: %s", l)
 	}
-	t.Logf("Ollama scaled to zero and back %d times: cold start (wake to healthy) p50 %s p99 %s (each: %v); first answer after a wake p50 %s p99 %s",
+	t.Logf("Ollama scaled to zero and back %d times: cold start (wake to model loaded) p50 %s p99 %s (each: %v); first answer after a wake p50 %s p99 %s",
 		cycles, percentile(cold, 0.5).Round(time.Millisecond), percentile(cold, 0.99).Round(time.Millisecond), cold,
 		percentile(firstAnswer, 0.5).Round(time.Millisecond), percentile(firstAnswer, 0.99).Round(time.Millisecond))
 }

@@ -3,8 +3,10 @@ package engineproc
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,9 @@ import (
 )
 
 // setup prepares a started engine to serve: Ollama creates the model
-// (once per supervisor: its models directory keeps it across restarts).
+// (once per supervisor: its models directory keeps it across restarts) and
+// loads it, so that a start (a wake from zero among them) is over when the
+// weights are in memory, not at the first request.
 func (s *Supervisor) setup(ctx context.Context, c Command, p *process) error {
 	if c.Kind != registry.ProcessOllama {
 		return nil
@@ -23,9 +27,61 @@ func (s *Supervisor) setup(ctx context.Context, c Command, p *process) error {
 	s.mu.Lock()
 	done := s.created
 	s.mu.Unlock()
-	if done {
-		return nil
+	if !done {
+		if err := s.createOllamaModel(ctx, c, p); err != nil {
+			return err
+		}
 	}
+	return s.loadOllamaModel(ctx, c, p)
+}
+
+// loadOllamaModel asks Ollama to load the model (a generate request without
+// a prompt loads it and answers at once).
+func (s *Supervisor) loadOllamaModel(ctx context.Context, c Command, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SetupTimeout)
+	defer cancel()
+	body, _ := json.Marshal(map[string]any{"model": s.cfg.Spec.Upstream, "keep_alive": -1})
+	u := strings.TrimSuffix(c.Health, "/api/version") + "/api/generate"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	type result struct {
+		status int
+		msg    []byte
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := s.http.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		done <- result{status: resp.StatusCode, msg: msg}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-p.exited:
+		cancel()
+		<-done
+		return s.exitError(p, "while loading the model")
+	}
+	switch {
+	case r.err != nil:
+		return fmt.Errorf("ollama load %s: %w", s.cfg.Spec.Upstream, r.err)
+	case r.status != http.StatusOK:
+		return fmt.Errorf("ollama load %s: status %d: %s", s.cfg.Spec.Upstream, r.status, bytes.TrimSpace(r.msg))
+	}
+	return nil
+}
+
+// createOllamaModel runs `ollama create` for the model.
+func (s *Supervisor) createOllamaModel(ctx context.Context, c Command, p *process) error {
 	spec := s.cfg.Spec
 	modelfile, dir, err := ollamaModelfile(spec)
 	if err != nil {
