@@ -24,6 +24,9 @@ const (
 const (
 	ModelSourceUpload = "upload"
 	ModelSourceHub    = "hub"
+	// ModelSourceBucket: a folder of a tenant's model bucket (S3), imported
+	// by the guardian when its manifest appeared or changed.
+	ModelSourceBucket = "bucket"
 )
 
 // Verdict statuses.
@@ -46,6 +49,12 @@ type ModelSource struct {
 	Repo     string `json:"repo,omitempty"`
 	Revision string `json:"revision,omitempty"`
 	Commit   string `json:"commit,omitempty"`
+	// Tenant, Bucket, Key and ETag name a bucket source: the owner tenant,
+	// the S3 bucket, the folder's key prefix and its manifest's ETag.
+	Tenant string `json:"tenant,omitempty"`
+	Bucket string `json:"bucket,omitempty"`
+	Key    string `json:"key,omitempty"`
+	ETag   string `json:"etag,omitempty"`
 }
 
 func (s ModelSource) validate() error {
@@ -57,8 +66,13 @@ func (s ModelSource) validate() error {
 			return errors.New("a hub source needs repo and commit")
 		}
 		return nil
+	case ModelSourceBucket:
+		if s.Tenant == "" || s.Bucket == "" || s.Key == "" || s.ETag == "" {
+			return errors.New("a bucket source needs tenant, bucket, key and etag")
+		}
+		return nil
 	}
-	return fmt.Errorf("source type %q is not upload or hub", s.Type)
+	return fmt.Errorf("source type %q is not upload, hub or bucket", s.Type)
 }
 
 // ModelReason is one typed cause of a rejection: a stable code, the file it

@@ -338,6 +338,14 @@ const (
 	// BucketPulls holds the state of hub pulls, so a client that requested
 	// one can follow it to its catalog version (or its failure).
 	BucketPulls = "aiforge_model_pulls"
+	// BucketTenantBuckets holds each tenant's model bucket: the S3 prefix
+	// the guardian watches for model folders (pkg/tenantbucket.Config; the
+	// credentials sealed), written by the edge's admin API.
+	BucketTenantBuckets = "aiforge_tenant_buckets"
+	// BucketTenantBucketFolders holds the guardian's record of each folder
+	// of a tenant's model bucket: the manifest ETag last imported or
+	// rejected, so a restart neither imports twice nor misses one.
+	BucketTenantBucketFolders = "aiforge_tenant_bucket_folders"
 	// BucketWorkers holds what each worker replica reports about itself
 	// and its engine (registry.WorkerState), refreshed while it runs and
 	// expiring when it stops reporting.
