@@ -1,0 +1,332 @@
+package guardian
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/pkg/natstest"
+	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/pkg/objstore/objstoretest"
+	"github.com/aiforge/aiforge/pkg/sealed"
+	"github.com/aiforge/aiforge/pkg/tenantbucket"
+	"github.com/aiforge/aiforge/services/guardian/bucket"
+)
+
+// bucketEnv is a guardian watching tenant buckets on a real S3 server
+// (versitygw), restartable on the same bus and object store.
+type bucketEnv struct {
+	t       *testing.T
+	srv     *objstoretest.S3Server
+	s3      *minio.Client
+	js      jetstream.JetStream
+	objects objstore.Store
+	cat     *catalog.Store
+	configs *tenantbucket.Store
+	priv    *sealed.PrivateKey
+	logs    *logBuf
+	svc     *Service
+	stop    func()
+}
+
+func startBuckets(t *testing.T) *bucketEnv {
+	t.Helper()
+	srv := objstoretest.StartVersityGW(t)
+	ctx := context.Background()
+	cfg := srv.Config("tenant-models")
+	admin, err := objstore.NewS3(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nc := natstest.JetStream(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Ensure(ctx, js, events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objects, err := objstore.NewLocal(objstore.LocalConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = objects.Close() })
+	cat, err := catalog.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs, err := tenantbucket.OpenStore(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := sealed.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &bucketEnv{t: t, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
+	e.restart()
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// restart stops the running guardian (if any) and starts a new one.
+func (e *bucketEnv) restart() {
+	t := e.t
+	t.Helper()
+	if e.stop != nil {
+		e.stop()
+	}
+	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: 100 * time.Millisecond}},
+		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv,
+			Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	stopped := false
+	e.svc = svc
+	e.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+// configure gives tenant a model bucket on the test server under prefix.
+func (e *bucketEnv) configure(tenant, prefix, secret string) {
+	e.t.Helper()
+	pub := e.priv.Public()
+	c, err := tenantbucket.Seal(&pub, tenantbucket.Config{Tenant: tenant, Endpoint: "http://" + e.srv.Endpoint,
+		Bucket: "tenant-models", Prefix: prefix, Region: e.srv.Region, PathStyle: true},
+		tenantbucket.Credentials{AccessKeyID: e.srv.AccessKeyID, SecretAccessKey: secret})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.configs.Put(context.Background(), c); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *bucketEnv) put(key string, body []byte) {
+	e.t.Helper()
+	if _, err := e.s3.PutObject(context.Background(), "tenant-models", key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// manifestOf is the manifest of files (overrides replace listed hashes).
+func manifestOf(t *testing.T, kind string, files map[string][]byte, override map[string]string) []byte {
+	t.Helper()
+	m := bucket.Manifest{Kind: kind}
+	for p, b := range files {
+		h := sha(b)
+		if o, ok := override[p]; ok {
+			h = o
+		}
+		m.Files = append(m.Files, events.ModelFile{Path: p, Size: int64(len(b)), SHA256: h})
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// drop puts files under folder, then the manifest (last, as documented).
+func (e *bucketEnv) drop(folder string, files map[string][]byte, manifest []byte) {
+	e.t.Helper()
+	for p, b := range files {
+		e.put(folder+p, b)
+	}
+	if manifest != nil {
+		e.put(folder+bucket.ManifestName, manifest)
+	}
+}
+
+// passes waits for n more complete polls of every tenant bucket.
+func (e *bucketEnv) passes(n uint64) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var w *bucket.Watcher
+	for w == nil {
+		e.svc.mu.Lock()
+		w = e.svc.buckets
+		e.svc.mu.Unlock()
+		if time.Now().After(deadline) {
+			e.t.Fatal("the guardian never started its bucket watcher")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	target := w.Passes() + n
+	for w.Passes() < target {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the bucket watcher did not poll %d more times", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *bucketEnv) settled(name string, n int) catalog.Version {
+	e.t.Helper()
+	return (&env{cat: e.cat, logs: e.logs}).settled(e.t, name, n)
+}
+
+// TestTenantBucketDrops: folders dropped in a tenant's bucket become
+// versions of that tenant's models: a good one published, one with a bad
+// hash, an unsafe path or an unlisted file rejected with typed reasons; a
+// folder without its manifest waits for it; a changed manifest makes a new
+// version; a restart imports nothing again; a name of the platform's is
+// refused; the credentials never show in logs or KV values.
+func TestTenantBucketDrops(t *testing.T) {
+	e := startBuckets(t)
+	ctx := context.Background()
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	// Another tenant with a wrong secret: its listing fails, and says so
+	// without the secret.
+	const wrongSecret = "wrong-secret-must-not-show-0c9a"
+	e.configure("globex", "drops/globex/", wrongSecret)
+
+	good := shardedModel()
+	e.drop("drops/acme/tiny/", good, manifestOf(t, "model", good, nil))
+	v := e.settled("acme/tiny", 1)
+	if v.Status != catalog.StatusPublished || v.Parameters != 26 {
+		t.Fatalf("good drop: %+v\nlogs:\n%s", v, e.logs.String())
+	}
+	if v.Source.Type != events.ModelSourceBucket || v.Source.Tenant != "acme" || v.Source.Bucket != "tenant-models" ||
+		v.Source.Key != "drops/acme/tiny/" || v.Source.ETag == "" {
+		t.Fatalf("source = %+v", v.Source)
+	}
+	if entry, _ := e.cat.Get(ctx, "acme/tiny"); entry.Tenant != "acme" || len(entry.Versions) != 1 {
+		t.Fatalf("entry = %+v", entry)
+	}
+	for p, b := range good {
+		if info, err := e.objects.Stat(ctx, v.Prefix+p); err != nil || info.SHA256 != sha(b) {
+			t.Errorf("%s in the store: %+v, %v", p, info, err)
+		}
+	}
+
+	// A bad hash.
+	bad := map[string][]byte{"model.safetensors": safetensors(map[string][]int64{"w": {2, 2}}), "config.json": []byte(`{"model_type":"llama"}`)}
+	e.drop("drops/acme/badhash/", bad, manifestOf(t, "model", bad, map[string]string{"model.safetensors": strings.Repeat("ab", 32)}))
+	if v := e.settled("acme/badhash", 1); v.Status != catalog.StatusRejected || !hasReason(v, bucket.CodeHashMismatch, "model.safetensors") {
+		t.Fatalf("bad hash: %+v", v)
+	}
+	// An unsafe path in the manifest.
+	m := bucket.Manifest{Kind: "model", Files: []events.ModelFile{{Path: "../escape.safetensors", Size: 4, SHA256: strings.Repeat("00", 32)}}}
+	raw, _ := json.Marshal(m)
+	e.drop("drops/acme/unsafe/", nil, raw)
+	if v := e.settled("acme/unsafe", 1); v.Status != catalog.StatusRejected || !hasReason(v, bucket.CodeUnsafePath, "") {
+		t.Fatalf("unsafe path: %+v", v)
+	}
+	// A file the manifest does not list.
+	extra := map[string][]byte{"model.safetensors": bad["model.safetensors"], "config.json": bad["config.json"]}
+	e.drop("drops/acme/extra/", map[string][]byte{"run.py": []byte("import os\n")}, nil)
+	e.drop("drops/acme/extra/", extra, manifestOf(t, "model", extra, nil))
+	if v := e.settled("acme/extra", 1); v.Status != catalog.StatusRejected || !hasReason(v, bucket.CodeUnexpectedFile, "run.py") {
+		t.Fatalf("unlisted file: %+v", v)
+	}
+
+	// No manifest yet: ignored, however many polls go by.
+	later := shardedModel()
+	e.drop("drops/acme/later/", later, nil)
+	e.passes(3)
+	if _, err := e.cat.Get(ctx, "acme/later"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("a folder without its manifest was imported: %v", err)
+	}
+	e.put("drops/acme/later/"+bucket.ManifestName, manifestOf(t, "model", later, nil))
+	if v := e.settled("acme/later", 1); v.Status != catalog.StatusPublished {
+		t.Fatalf("completed folder: %+v", v)
+	}
+
+	// A name the platform holds: refused, nothing added to its model.
+	if _, err := e.cat.AddVersion(ctx, "acme/platform", "", "", catalog.Version{Source: catalog.Source{Type: events.ModelSourceUpload}}); err != nil {
+		t.Fatal(err)
+	}
+	e.drop("drops/acme/platform/", good, manifestOf(t, "model", good, nil))
+	key := bucket.FolderKey("acme", "tenant-models", "drops/acme/platform/")
+	folders, err := e.js.KeyValue(ctx, events.BucketTenantBucketFolders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ent, err := folders.Get(ctx, key)
+		if err == nil && bytes.Contains(ent.Value(), []byte(bucket.CodeCatalogRefused)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the platform's name was not refused: %v\n%s", err, e.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if entry, _ := e.cat.Get(ctx, "acme/platform"); len(entry.Versions) != 1 || entry.Tenant != "" {
+		t.Fatalf("the platform's model changed: %+v", entry)
+	}
+
+	// Restart: nothing is imported again.
+	e.restart()
+	e.passes(3)
+	for _, name := range []string{"acme/tiny", "acme/badhash", "acme/unsafe", "acme/extra", "acme/later"} {
+		if entry, err := e.cat.Get(ctx, name); err != nil || len(entry.Versions) != 1 {
+			t.Fatalf("%s after a restart: %d versions, %v", name, len(entry.Versions), err)
+		}
+	}
+
+	// A changed manifest (a new ETag): a new version.
+	good["README.md"] = []byte("---\nlicense: apache-2.0\n---\n# Tiny, retrained\n")
+	e.drop("drops/acme/tiny/", good, manifestOf(t, "model", good, nil))
+	if v := e.settled("acme/tiny", 2); v.Status != catalog.StatusPublished {
+		t.Fatalf("changed manifest: %+v", v)
+	}
+
+	// The credentials: not in the logs, not in any KV value.
+	logs := e.logs.String()
+	if !strings.Contains(logs, "globex") || !strings.Contains(logs, "listing failed") {
+		t.Errorf("the failing tenant's listing was not reported:\n%s", logs)
+	}
+	for _, secret := range []string{e.srv.SecretAccessKey, wrongSecret} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a secret is in the logs")
+		}
+	}
+	for _, b := range []string{events.BucketTenantBuckets, events.BucketTenantBucketFolders, events.BucketCatalog} {
+		kvb, err := e.js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := kvb.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys.Keys() {
+			ent, err := kvb.Get(ctx, k)
+			if err != nil {
+				continue
+			}
+			for _, secret := range []string{e.srv.SecretAccessKey, wrongSecret, e.srv.AccessKeyID} {
+				if bytes.Contains(ent.Value(), []byte(secret)) {
+					t.Errorf("%s/%s holds a credential", b, k)
+				}
+			}
+		}
+	}
+}
