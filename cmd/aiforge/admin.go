@@ -128,7 +128,7 @@ func tenantsCmd() *cobra.Command {
 	}
 	tf.add(update, false)
 	update.Flags().BoolVar(&updateContent, "trace-content", false, traceContentHelp+" (--trace-content=false turns it off)")
-	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd())
+	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd(), tenantModelBucketCmd())
 	return c
 }
 
