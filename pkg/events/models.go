@@ -42,19 +42,15 @@ type ModelFile struct {
 	SHA256 string `json:"sha256"`
 }
 
-// ModelSource says where a version came from: an upload, or a hub
-// repository pinned to a commit.
+// ModelSource says where a version came from: an upload, a hub
+// repository pinned to a commit, or a folder of a tenant's model bucket:
+// Repo "s3://<bucket>/<folder key prefix>" and Commit its manifest's ETag
+// (the owner tenant is the catalog entry's and the event's tenant).
 type ModelSource struct {
 	Type     string `json:"type"` // upload, hub
 	Repo     string `json:"repo,omitempty"`
 	Revision string `json:"revision,omitempty"`
 	Commit   string `json:"commit,omitempty"`
-	// Tenant, Bucket, Key and ETag name a bucket source: the owner tenant,
-	// the S3 bucket, the folder's key prefix and its manifest's ETag.
-	Tenant string `json:"tenant,omitempty"`
-	Bucket string `json:"bucket,omitempty"`
-	Key    string `json:"key,omitempty"`
-	ETag   string `json:"etag,omitempty"`
 }
 
 func (s ModelSource) validate() error {
@@ -67,8 +63,8 @@ func (s ModelSource) validate() error {
 		}
 		return nil
 	case ModelSourceBucket:
-		if s.Tenant == "" || s.Bucket == "" || s.Key == "" || s.ETag == "" {
-			return errors.New("a bucket source needs tenant, bucket, key and etag")
+		if !strings.HasPrefix(s.Repo, "s3://") || s.Commit == "" {
+			return errors.New("a bucket source needs repo (s3://bucket/prefix/) and commit (the manifest's ETag)")
 		}
 		return nil
 	}

@@ -211,8 +211,7 @@ func TestTenantBucketDrops(t *testing.T) {
 	if v.Status != catalog.StatusPublished || v.Parameters != 26 {
 		t.Fatalf("good drop: %+v\nlogs:\n%s", v, e.logs.String())
 	}
-	if v.Source.Type != events.ModelSourceBucket || v.Source.Tenant != "acme" || v.Source.Bucket != "tenant-models" ||
-		v.Source.Key != "drops/acme/tiny/" || v.Source.ETag == "" {
+	if v.Source.Type != events.ModelSourceBucket || v.Source.Repo != "s3://tenant-models/drops/acme/tiny/" || v.Source.Commit == "" {
 		t.Fatalf("source = %+v", v.Source)
 	}
 	if entry, _ := e.cat.Get(ctx, "acme/tiny"); entry.Tenant != "acme" || len(entry.Versions) != 1 {

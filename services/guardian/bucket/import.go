@@ -23,6 +23,9 @@ func VerdictID(name string, version int) string {
 	return fmt.Sprintf("verdict-%s-v%d", name, version)
 }
 
+// SourceRepo is the Repo of a bucket folder's catalog source.
+func SourceRepo(bucket, folder string) string { return "s3://" + bucket + "/" + folder }
+
 // UploadedID is the event id of the upload event of a bucket version.
 func UploadedID(name string, version int) string {
 	return fmt.Sprintf("bucket-uploaded-%s-v%d", name, version)
@@ -73,9 +76,9 @@ func (w *Watcher) importFolder(ctx context.Context, tc *tenantClient, name strin
 	if kind == events.ModelKindModel {
 		base = ""
 	}
-	src := catalog.Source{Type: events.ModelSourceBucket, Tenant: tenant, Bucket: tc.c.Bucket, Key: l.folder, ETag: l.manifestETag}
+	src := catalog.Source{Type: events.ModelSourceBucket, Repo: SourceRepo(tc.c.Bucket, l.folder), Commit: l.manifestETag}
 
-	v, done, err := w.version(ctx, catName, kind, base, src)
+	v, done, err := w.version(ctx, tenant, catName, kind, base, src)
 	if err != nil {
 		if errors.Is(err, catalog.ErrConflict) || errors.Is(err, catalog.ErrInvalid) {
 			return outcome{status: FolderRejected, model: catName, reasons: []events.ModelReason{{Code: CodeCatalogRefused, Message: err.Error()}}}, nil
@@ -140,18 +143,18 @@ func (w *Watcher) importFolder(ctx context.Context, tc *tenantClient, name strin
 	}); err != nil && !errors.Is(err, catalog.ErrConflict) {
 		return outcome{}, err
 	}
-	if err := w.publishUploaded(ctx, catName, kind, base, v.Version, v.Prefix, src, stored, manifest); err != nil {
+	if err := w.publishUploaded(ctx, tenant, catName, kind, base, v.Version, v.Prefix, src, stored, manifest); err != nil {
 		return outcome{}, err
 	}
 	return out, nil
 }
 
-func (w *Watcher) publishUploaded(ctx context.Context, name, kind, base string, version int, prefix string, src catalog.Source, files []catalog.File, manifest map[string]string) error {
+func (w *Watcher) publishUploaded(ctx context.Context, tenant, name, kind, base string, version int, prefix string, src catalog.Source, files []catalog.File, manifest map[string]string) error {
 	up := events.ModelUploadedV1{
 		Name: name, Version: version, Kind: kind, BaseModel: base, Source: src,
 		Prefix: prefix, Files: files, Manifest: manifest, UploadedAt: time.Now().UTC(),
 	}
-	if _, err := events.Publish(ctx, w.d.JS, up, events.Envelope{ID: UploadedID(name, version), Source: "guardian", Tenant: src.Tenant}); err != nil {
+	if _, err := events.Publish(ctx, w.d.JS, up, events.Envelope{ID: UploadedID(name, version), Source: "guardian", Tenant: tenant}); err != nil {
 		return fmt.Errorf("publish upload: %w", err)
 	}
 	return nil
@@ -160,7 +163,7 @@ func (w *Watcher) publishUploaded(ctx context.Context, name, kind, base string, 
 // version finds the catalog version of src (an import interrupted, or one
 // done but not recorded) or adds it. done is the outcome when the version
 // was already handed over.
-func (w *Watcher) version(ctx context.Context, name, kind, base string, src catalog.Source) (catalog.Version, *outcome, error) {
+func (w *Watcher) version(ctx context.Context, tenant, name, kind, base string, src catalog.Source) (catalog.Version, *outcome, error) {
 	e, err := w.d.Catalog.Get(ctx, name)
 	switch {
 	case err == nil:
@@ -182,7 +185,7 @@ func (w *Watcher) version(ctx context.Context, name, kind, base string, src cata
 				for _, f := range v.Files {
 					manifest[f.Path] = f.SHA256
 				}
-				if err := w.publishUploaded(ctx, name, e.Kind, e.BaseModel, v.Version, v.Prefix, src, v.Files, manifest); err != nil {
+				if err := w.publishUploaded(ctx, tenant, name, e.Kind, e.BaseModel, v.Version, v.Prefix, src, v.Files, manifest); err != nil {
 					return catalog.Version{}, nil, err
 				}
 			}
@@ -192,7 +195,7 @@ func (w *Watcher) version(ctx context.Context, name, kind, base string, src cata
 	default:
 		return catalog.Version{}, nil, err
 	}
-	v, err := w.d.Catalog.AddOwnedVersion(ctx, src.Tenant, name, kind, base, catalog.Version{Status: catalog.StatusUploading, Source: src})
+	v, err := w.d.Catalog.AddOwnedVersion(ctx, tenant, name, kind, base, catalog.Version{Status: catalog.StatusUploading, Source: src})
 	return v, nil, err
 }
 
