@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,20 +29,26 @@ import (
 // bucketEnv is a guardian watching tenant buckets on a real S3 server
 // (versitygw), restartable on the same bus and object store.
 type bucketEnv struct {
-	t       *testing.T
-	srv     *objstoretest.S3Server
-	s3      *minio.Client
-	js      jetstream.JetStream
-	objects objstore.Store
-	cat     *catalog.Store
-	configs *tenantbucket.Store
-	priv    *sealed.PrivateKey
-	logs    *logBuf
-	svc     *Service
-	stop    func()
+	t         *testing.T
+	transport http.RoundTripper
+	srv       *objstoretest.S3Server
+	s3        *minio.Client
+	js        jetstream.JetStream
+	objects   objstore.Store
+	cat       *catalog.Store
+	configs   *tenantbucket.Store
+	priv      *sealed.PrivateKey
+	logs      *logBuf
+	svc       *Service
+	stop      func()
 }
 
 func startBuckets(t *testing.T) *bucketEnv {
+	t.Helper()
+	return startBucketsWith(t, nil)
+}
+
+func startBucketsWith(t *testing.T, transport http.RoundTripper) *bucketEnv {
 	t.Helper()
 	srv := objstoretest.StartVersityGW(t)
 	ctx := context.Background()
@@ -74,7 +82,7 @@ func startBuckets(t *testing.T) *bucketEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &bucketEnv{t: t, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
+	e := &bucketEnv{t: t, transport: transport, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
 	e.restart()
 	t.Cleanup(func() { e.stop() })
 	return e
@@ -88,7 +96,7 @@ func (e *bucketEnv) restart() {
 		e.stop()
 	}
 	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: 100 * time.Millisecond}},
-		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv,
+		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv, BucketTransport: e.transport,
 			Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -327,5 +335,69 @@ func TestTenantBucketDrops(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// flakyTransport fails the requests whose path contains broken while it
+// is set: the tenant's S3 going away mid-import.
+type flakyTransport struct {
+	mu     sync.Mutex
+	broken string
+	failed int
+}
+
+func (f *flakyTransport) set(s string) { f.mu.Lock(); f.broken = s; f.mu.Unlock() }
+
+func (f *flakyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	broken := f.broken != "" && strings.Contains(r.URL.Path, f.broken)
+	if broken {
+		f.failed++
+	}
+	f.mu.Unlock()
+	if broken {
+		return nil, errors.New("connection refused (test)")
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestTenantBucketTransientFailure: a folder whose file cannot be read
+// (S3 failing) is not rejected: it is recorded as failed, tried again at
+// each poll, and imported into the same catalog version once S3 answers.
+func TestTenantBucketTransientFailure(t *testing.T) {
+	ft := &flakyTransport{}
+	e := startBucketsWith(t, ft)
+	ctx := context.Background()
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	ft.set("drops/acme/flaky/model-00002")
+	files := shardedModel()
+	e.drop("drops/acme/flaky/", files, manifestOf(t, "model", files, nil))
+
+	folders, err := e.js.KeyValue(ctx, events.BucketTenantBucketFolders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bucket.FolderKey("acme", "tenant-models", "drops/acme/flaky/")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var f bucket.Folder
+		if ent, err := folders.Get(ctx, key); err == nil && json.Unmarshal(ent.Value(), &f) == nil && f.Attempts >= 2 && f.Version == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			ent, err := folders.Get(ctx, key)
+			t.Fatalf("the failing folder was not retried: %v %v", ent, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if entry, err := e.cat.Get(ctx, "acme/flaky"); err != nil || len(entry.Versions) != 1 || entry.Versions[0].Status != catalog.StatusUploading {
+		t.Fatalf("while S3 fails: %+v, %v", entry, err)
+	}
+	ft.set("")
+	if v := e.settled("acme/flaky", 1); v.Status != catalog.StatusPublished {
+		t.Fatalf("after S3 came back: %+v", v)
+	}
+	if entry, _ := e.cat.Get(ctx, "acme/flaky"); len(entry.Versions) != 1 {
+		t.Fatalf("the retry made another version: %+v", entry.Versions)
 	}
 }

@@ -252,6 +252,9 @@ func (w *Watcher) open(c tenantbucket.Config) (*tenantClient, error) {
 	cl, err := minio.New(host, &minio.Options{
 		Creds: credentials.NewStaticV4(cred.AccessKeyID, cred.SecretAccessKey, ""), Secure: secure,
 		Region: c.Region, BucketLookup: lookup, Transport: w.d.Transport,
+		// A failing bucket is tried again at the next poll: a few quick
+		// retries here, not minutes of them holding up the other tenants.
+		MaxRetries: 3,
 	})
 	redact := func(s string) string {
 		for _, secret := range []string{cred.SecretAccessKey, cred.AccessKeyID} {
