@@ -620,7 +620,7 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	pp.add(price, "")
-	c.AddCommand(register, list, modelsStatusCmd(), price, del)
+	c.AddCommand(register, list, modelsStatusCmd(), price, del, modelManifestCmd())
 	c.AddCommand(modelFlowCmds()...)
 	return c
 }

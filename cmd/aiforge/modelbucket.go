@@ -1,12 +1,21 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/aiforge/aiforge/pkg/events"
+	"github.com/aiforge/aiforge/services/guardian/bucket"
 )
 
 // modelBucketOut is a tenant's model bucket as the admin API shows it.
@@ -123,4 +132,59 @@ func firstEnv(names ...string) string {
 		}
 	}
 	return ""
+}
+
+// modelManifestCmd is `aiforge models manifest DIR`: the aiforge-model.json
+// of a model folder, for a tenant's model bucket.
+func modelManifestCmd() *cobra.Command {
+	var kind, base, name string
+	c := &cobra.Command{
+		Use:   "manifest DIR",
+		Short: "Print the " + bucket.ManifestName + " of a model folder (for a tenant's model bucket: upload it last)",
+		Args:  cobra.ExactArgs(1),
+		Example: "  aiforge models manifest ./tiny-chat > aiforge-model.json\n" +
+			"  aws s3 cp --recursive ./tiny-chat s3://models/acme/tiny-chat/ && aws s3 cp aiforge-model.json s3://models/acme/tiny-chat/",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m := bucket.Manifest{Kind: kind, BaseModel: base, Name: name, Files: []events.ModelFile{}}
+			root := args[0]
+			err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				rel, err := filepath.Rel(root, path)
+				if err != nil {
+					return err
+				}
+				rel = filepath.ToSlash(rel)
+				if rel == bucket.ManifestName {
+					return nil
+				}
+				if !d.Type().IsRegular() {
+					return fmt.Errorf("%s is not a regular file", path)
+				}
+				f, err := os.Open(path)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close() }()
+				h := sha256.New()
+				n, err := io.Copy(h, f)
+				if err != nil {
+					return err
+				}
+				m.Files = append(m.Files, events.ModelFile{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(m)
+		},
+	}
+	c.Flags().StringVar(&kind, "kind", events.ModelKindModel, "model or adapter")
+	c.Flags().StringVar(&base, "base-model", "", "an adapter's base model")
+	c.Flags().StringVar(&name, "name", "", "the model's name under the tenant (default: the folder's name in the bucket)")
+	return c
 }
