@@ -13,6 +13,7 @@ import (
 	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/pkg/busauth"
 	"github.com/aiforge/aiforge/pkg/catalog"
+	"github.com/aiforge/aiforge/pkg/enginesim"
 	"github.com/aiforge/aiforge/pkg/natsutil"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/objstore/objstoretest"
@@ -27,6 +28,28 @@ func TestTenantBucketDrop(t *testing.T) {
 	srv := objstoretest.StartVersityGW(t)
 	s := startStack(t, stackOpts{mutate: fastBucketPoll})
 	tenantBucketDrop(t, s, srv)
+
+	// Served: the deployment of the tenant's model answers the tenant's
+	// keys only, even a key of another tenant that allows every model.
+	_, base := sim(t, enginesim.Config{Models: []string{"tiny"}})
+	s.register("acme-tiny", base, "tiny")
+	acme, _ := s.tenantKey("acme")
+	globex, _ := s.tenantKey("globex")
+	s.waitServed(acme, "acme-tiny")
+	if st, body := s.post(globex, "/v1/chat/completions", chatBody("acme-tiny", 2, false)); st != http.StatusForbidden || errorCode(string(body)) != "model_not_allowed" {
+		t.Fatalf("another tenant's key: %d %s", st, body)
+	}
+	req, _ := http.NewRequest("GET", s.url+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+globex)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := readAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "acme-tiny") {
+		t.Fatalf("another tenant's /v1/models lists the model: %s", b)
+	}
 }
 
 // TestTenantBucketDropUnderBusAuth: the same with the edge and the
