@@ -205,6 +205,7 @@ func table() map[string]Permissions {
 		kvWrite(events.BucketBatches, events.BucketBatchQueues).
 		kvWrite(events.BucketRouters, events.BucketSemanticCache).
 		kvWrite(events.BucketTenantBuckets).kvRead(events.BucketTenantBucketFolders).
+		p(events.ModelBucketNotifyAll).
 		kvWrite(events.BucketResponses, events.BucketPrompts).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
@@ -283,7 +284,8 @@ func table() map[string]Permissions {
 		kvWrite(catalogBuckets...).
 		// The tenants' model buckets: their configurations (read and
 		// watched) and its record of each folder imported.
-		kvRead(events.BucketTenantBuckets).kvWrite(events.BucketTenantBucketFolders)
+		kvRead(events.BucketTenantBuckets).kvWrite(events.BucketTenantBucketFolders).
+		s(events.ModelBucketNotifyAll)
 	put(Guardian, guardian, nil)
 
 	// The batch service validates batches, enqueues their lines on the

@@ -203,6 +203,15 @@ const (
 // SandboxAll matches every sandbox request.
 const SandboxAll = "aiforge.sandbox.v1.>"
 
+// ModelBucketNotify (core NATS, not a stream: a lost one costs a poll
+// interval) tells the guardian that an S3 event notification for a
+// tenant's model bucket reached the edge, so it lists that bucket now
+// instead of at its next poll. The message carries no data.
+func ModelBucketNotify(tenant string) string { return "aiforge.notify.modelbucket.v1." + Token(tenant) }
+
+// ModelBucketNotifyAll matches ModelBucketNotify of every tenant.
+const ModelBucketNotifyAll = "aiforge.notify.modelbucket.v1.*"
+
 // SandboxQueue is the queue group of sandbox replicas.
 const SandboxQueue = "sandbox"
 

@@ -234,15 +234,15 @@ func (s *Store) List(ctx context.Context) ([]Config, error) {
 	return kv.Values(es), nil
 }
 
-// Watch calls fn after the current configurations were seen and at each
-// change, until ctx ends.
+// Watch calls fn at each change made after the watch started (not for the
+// configurations already there: List reads those), until ctx ends.
 func (s *Store) Watch(ctx context.Context, fn func()) error {
 	initial := true
 	err := kv.Watch(ctx, s.b, func(_ kv.Change[Config], initialDone bool) {
-		if initialDone {
+		switch {
+		case initialDone:
 			initial = false
-		}
-		if !initial {
+		case !initial:
 			fn()
 		}
 	})

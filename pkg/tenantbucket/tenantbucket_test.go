@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -121,11 +122,21 @@ func TestStore(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = s.Watch(wctx, func() { changed <- struct{}{} }) }()
-	<-changed // the initial state
-	if _, err := s.Put(ctx, c); err != nil {
-		t.Fatal(err)
+	// Puts until the watch (started concurrently) reports one.
+	deadline := time.Now().Add(10 * time.Second)
+	for seen := false; !seen; {
+		if _, err := s.Put(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			seen = true
+		case <-time.After(50 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the watch reported no change")
+			}
+		}
 	}
-	<-changed
 	got, err := s.Get(ctx, "acme")
 	if err != nil || got.Bucket != "models" || got.CredentialsSealed != c.CredentialsSealed {
 		t.Fatalf("Get = %+v, %v", got, err)

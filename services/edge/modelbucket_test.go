@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/tenantbucket"
@@ -88,4 +89,38 @@ func TestTenantModelBucketAdmin(t *testing.T) {
 	h2 := startEdge(t, func(c *edge.Config) { c.SecretsKey = nil })
 	h2.tenantKey("acme")
 	apiError(t, h2.admin("PUT", "/admin/v1/tenants/acme/model-bucket", body), 400, "invalid_request")
+}
+
+// An S3 event notification posted with a tenant's key tells the guardian
+// to list that tenant's bucket when a record names a manifest; other
+// records, bad bodies and missing keys tell it nothing.
+func TestModelBucketEventNotifies(t *testing.T) {
+	h := startEdge(t, nil)
+	acme, _ := h.tenantKey("acme")
+	sub, err := h.nc.SubscribeSync(events.ModelBucketNotifyAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	event := func(key string) string {
+		return `{"EventName":"s3:ObjectCreated:Put","Key":"models/` + key + `","Records":[{"eventVersion":"2.0","eventSource":"minio:s3",` +
+			`"eventName":"s3:ObjectCreated:Put","s3":{"bucket":{"name":"models"},"object":{"key":"` + key + `","size":785}}}]}`
+	}
+	r := h.do("POST", "/v1/model-bucket/events", acme, event("acme%2Ftiny%2Fweights.safetensors"), nil)
+	if r.status != 202 || r.json(t)["notified"] != false {
+		t.Fatalf("a weights file: %d %s", r.status, r.body)
+	}
+	r = h.do("POST", "/v1/model-bucket/events", acme, event("acme%2Ftiny%2Faiforge-model.json"), nil)
+	if r.status != 202 || r.json(t)["notified"] != true || r.json(t)["tenant"] != "acme" {
+		t.Fatalf("a manifest: %d %s", r.status, r.body)
+	}
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil || m.Subject != events.ModelBucketNotify("acme") {
+		t.Fatalf("notification: %v %v", m, err)
+	}
+	apiError(t, h.do("POST", "/v1/model-bucket/events", acme, "not json", nil), 400, "invalid_json")
+	apiError(t, h.do("POST", "/v1/model-bucket/events", "", event("acme/x/aiforge-model.json"), nil), 401, "invalid_api_key")
+	apiError(t, h.do("POST", "/v1/model-bucket/events", acme, `{"Records":[]}`+strings.Repeat(" ", 1<<20), nil), 413, "request_too_large")
 }

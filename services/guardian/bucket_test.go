@@ -31,6 +31,7 @@ import (
 type bucketEnv struct {
 	t         *testing.T
 	transport http.RoundTripper
+	poll      time.Duration
 	srv       *objstoretest.S3Server
 	s3        *minio.Client
 	js        jetstream.JetStream
@@ -49,6 +50,10 @@ func startBuckets(t *testing.T) *bucketEnv {
 }
 
 func startBucketsWith(t *testing.T, transport http.RoundTripper) *bucketEnv {
+	return startBucketsPolling(t, transport, 0)
+}
+
+func startBucketsPolling(t *testing.T, transport http.RoundTripper, poll time.Duration) *bucketEnv {
 	t.Helper()
 	srv := objstoretest.StartVersityGW(t)
 	ctx := context.Background()
@@ -82,7 +87,7 @@ func startBucketsWith(t *testing.T, transport http.RoundTripper) *bucketEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &bucketEnv{t: t, transport: transport, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
+	e := &bucketEnv{t: t, transport: transport, poll: poll, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
 	e.restart()
 	t.Cleanup(func() { e.stop() })
 	return e
@@ -95,7 +100,11 @@ func (e *bucketEnv) restart() {
 	if e.stop != nil {
 		e.stop()
 	}
-	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: 100 * time.Millisecond}},
+	poll := e.poll
+	if poll == 0 {
+		poll = 100 * time.Millisecond
+	}
+	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: poll}},
 		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv, BucketTransport: e.transport,
 			Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -188,6 +197,24 @@ func (e *bucketEnv) passes(n uint64) {
 	for w.Passes() < target {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("the bucket watcher did not poll %d more times", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// polled waits until the running watcher completed n polls in all.
+func (e *bucketEnv) polled(n uint64) {
+	e.t.Helper()
+	eventually := time.Now().Add(30 * time.Second)
+	for {
+		e.svc.mu.Lock()
+		w := e.svc.buckets
+		e.svc.mu.Unlock()
+		if w != nil && w.Passes() >= n {
+			return
+		}
+		if time.Now().After(eventually) {
+			e.t.Fatalf("the bucket watcher did not poll %d times", n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -399,5 +426,24 @@ func TestTenantBucketTransientFailure(t *testing.T) {
 	}
 	if entry, _ := e.cat.Get(ctx, "acme/flaky"); len(entry.Versions) != 1 {
 		t.Fatalf("the retry made another version: %+v", entry.Versions)
+	}
+}
+
+// TestTenantBucketNotification: with a poll far away, the notification an
+// S3 event makes at the edge (events.ModelBucketNotify) has the guardian
+// list the bucket now.
+func TestTenantBucketNotification(t *testing.T) {
+	e := startBucketsPolling(t, nil, time.Hour)
+	e.polled(1) // running
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	e.restart() // polls once at start, then only when told
+	e.polled(1)
+	files := shardedModel()
+	e.drop("drops/acme/notified/", files, manifestOf(t, "model", files, nil))
+	if err := e.js.Conn().Publish(events.ModelBucketNotify("acme"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.settled("acme/notified", 1); v.Status != catalog.StatusPublished {
+		t.Fatalf("after the notification: %+v", v)
 	}
 }

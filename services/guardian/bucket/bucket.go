@@ -33,6 +33,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aiforge/aiforge/pkg/catalog"
@@ -171,6 +172,9 @@ func (w *Watcher) Trigger() {
 func (w *Watcher) Run(ctx context.Context) error {
 	var err error
 	if w.folders, err = w.d.JS.KeyValue(ctx, events.BucketTenantBucketFolders); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("bucket: bucket %s: %w", events.BucketTenantBucketFolders, err)
 	}
 	watchDone := make(chan error, 1)
@@ -188,6 +192,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	// S3 event notifications reaching the edge ask for a poll now.
+	if sub, err := w.d.JS.Conn().Subscribe(events.ModelBucketNotifyAll, func(*nats.Msg) { w.Trigger() }); err != nil {
+		w.log.Warn("S3 event notifications will not speed up polls", "err", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	t := time.NewTicker(w.cfg.PollInterval)
 	defer t.Stop()
 	for {
