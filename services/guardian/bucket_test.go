@@ -32,6 +32,7 @@ type bucketEnv struct {
 	t         *testing.T
 	transport http.RoundTripper
 	poll      time.Duration
+	stall     time.Duration
 	srv       *objstoretest.S3Server
 	s3        *minio.Client
 	js        jetstream.JetStream
@@ -53,7 +54,7 @@ func startBucketsWith(t *testing.T, transport http.RoundTripper) *bucketEnv {
 	return startBucketsPolling(t, transport, 0)
 }
 
-func startBucketsPolling(t *testing.T, transport http.RoundTripper, poll time.Duration) *bucketEnv {
+func startBucketsPolling(t *testing.T, transport http.RoundTripper, poll time.Duration, opts ...func(*bucketEnv)) *bucketEnv {
 	t.Helper()
 	srv := objstoretest.StartVersityGW(t)
 	ctx := context.Background()
@@ -88,6 +89,9 @@ func startBucketsPolling(t *testing.T, transport http.RoundTripper, poll time.Du
 		t.Fatal(err)
 	}
 	e := &bucketEnv{t: t, transport: transport, poll: poll, srv: srv, s3: admin.Client(), js: js, objects: objects, cat: cat, configs: configs, priv: priv, logs: &logBuf{}}
+	for _, o := range opts {
+		o(e)
+	}
 	e.restart()
 	t.Cleanup(func() { e.stop() })
 	return e
@@ -104,7 +108,7 @@ func (e *bucketEnv) restart() {
 	if poll == 0 {
 		poll = 100 * time.Millisecond
 	}
-	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: poll}},
+	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: poll, StallTimeout: e.stall}},
 		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv, BucketTransport: e.transport,
 			Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -371,7 +375,16 @@ type flakyTransport struct {
 	mu     sync.Mutex
 	broken string
 	failed int
+	// hang: the broken requests answer their headers, then never a byte
+	// of the body.
+	hang bool
 }
+
+// hangingBody blocks until its request's context ends.
+type hangingBody struct{ ctx context.Context }
+
+func (h hangingBody) Read([]byte) (int, error) { <-h.ctx.Done(); return 0, h.ctx.Err() }
+func (h hangingBody) Close() error             { return nil }
 
 func (f *flakyTransport) set(s string) { f.mu.Lock(); f.broken = s; f.mu.Unlock() }
 
@@ -382,10 +395,15 @@ func (f *flakyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		f.failed++
 	}
 	f.mu.Unlock()
-	if broken {
+	if broken && !f.hang {
 		return nil, errors.New("connection refused (test)")
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if broken && err == nil && r.Method == http.MethodGet {
+		_ = resp.Body.Close()
+		resp.Body = hangingBody{r.Context()}
+	}
+	return resp, err
 }
 
 // TestTenantBucketTransientFailure: a folder whose file cannot be read
@@ -445,5 +463,38 @@ func TestTenantBucketNotification(t *testing.T) {
 	}
 	if v := e.settled("acme/notified", 1); v.Status != catalog.StatusPublished {
 		t.Fatalf("after the notification: %+v", v)
+	}
+}
+
+// TestTenantBucketStalledCopy: a bucket that stops sending a file's bytes
+// does not hold the guardian forever: the copy is abandoned after the
+// stall timeout, recorded as a failure and tried again.
+func TestTenantBucketStalledCopy(t *testing.T) {
+	ft := &flakyTransport{hang: true}
+	e := startBucketsPolling(t, ft, 0, func(e *bucketEnv) { e.stall = 200 * time.Millisecond })
+	ctx := context.Background()
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	ft.set("drops/acme/stalled/model-00001")
+	files := shardedModel()
+	e.drop("drops/acme/stalled/", files, manifestOf(t, "model", files, nil))
+	folders, err := e.js.KeyValue(ctx, events.BucketTenantBucketFolders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bucket.FolderKey("acme", "tenant-models", "drops/acme/stalled/")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var f bucket.Folder
+		if ent, err := folders.Get(ctx, key); err == nil && json.Unmarshal(ent.Value(), &f) == nil && f.Attempts >= 1 && strings.Contains(f.Error, "stopped sending") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled copy was not abandoned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ft.set("")
+	if v := e.settled("acme/stalled", 1); v.Status != catalog.StatusPublished {
+		t.Fatalf("after the bucket recovered: %+v", v)
 	}
 }

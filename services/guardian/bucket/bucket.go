@@ -85,6 +85,12 @@ type Config struct {
 	// the listing stops (the folders after it wait).
 	MaxListObjects int
 	Limits
+	// StallTimeout is how long a file's copy may go without a byte from the
+	// tenant's S3 before it is abandoned (and tried again at the next
+	// poll); ListTimeout bounds one tenant's listing and the manifest's
+	// read. Defaults 2m.
+	StallTimeout time.Duration
+	ListTimeout  time.Duration
 	// LeaseTTL is how long a folder claimed by one guardian replica is
 	// left to it before another takes it over (a replica that died mid-way).
 	LeaseTTL time.Duration
@@ -146,6 +152,12 @@ func New(cfg Config, d Deps) (*Watcher, error) {
 	def(&cfg.MaxManifestBytes, DefaultMaxManifestBytes)
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 2 * time.Minute
+	}
+	if cfg.ListTimeout <= 0 {
+		cfg.ListTimeout = 2 * time.Minute
 	}
 	if cfg.Replica == "" {
 		cfg.Replica = fmt.Sprintf("guardian-%d", time.Now().UnixNano())
@@ -297,7 +309,7 @@ func (w *Watcher) pollTenant(ctx context.Context, c tenantbucket.Config) {
 	}
 	folders := map[string]*listing{}
 	last, n, truncated := "", 0, false
-	lctx, cancel := context.WithCancel(ctx)
+	lctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
 	for oi := range tc.s3.ListObjectsIter(lctx, c.Bucket, minio.ListObjectsOptions{Prefix: c.Prefix, Recursive: true}) {
 		if oi.Err != nil {
 			cancel()

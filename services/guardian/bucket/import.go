@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -41,7 +42,9 @@ func isNoSuchKey(err error) bool {
 // transient (tried again); a rule broken is an outcome with reasons.
 func (w *Watcher) importFolder(ctx context.Context, tc *tenantClient, name string, l *listing, f *Folder, key string, log *slog.Logger) (outcome, error) {
 	tenant := tc.c.Tenant
-	obj, err := tc.s3.GetObject(ctx, tc.c.Bucket, l.folder+ManifestName, minio.GetObjectOptions{})
+	mctx, mcancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
+	defer mcancel()
+	obj, err := tc.s3.GetObject(mctx, tc.c.Bucket, l.folder+ManifestName, minio.GetObjectOptions{})
 	if err != nil {
 		return outcome{}, fmt.Errorf("reading the manifest: %w", err)
 	}
@@ -234,23 +237,57 @@ func compare(m Manifest, l *listing, maxFiles int) []events.ModelReason {
 
 // countReader counts what it reads and keeps the first error.
 type countReader struct {
-	r   io.Reader
-	n   int64
-	err error
+	r    io.Reader
+	n    int64
+	err  error
+	seen atomic.Int64 // n, for the stall watchdog
 }
 
 func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	c.seen.Store(c.n)
 	if err != nil && c.err == nil {
 		c.err = err
 	}
 	return n, err
 }
 
+// errStalled: a tenant's S3 stopped sending a file's bytes.
+var errStalled = errors.New("the bucket stopped sending data")
+
+// watchStall cancels ctx when cr makes no progress for stall; stop ends
+// the watch.
+func watchStall(ctx context.Context, cancel context.CancelCauseFunc, cr *countReader, stall time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(stall / 4)
+		defer t.Stop()
+		last, since := int64(-1), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if n := cr.seen.Load(); n != last {
+					last, since = n, time.Now()
+				} else if time.Since(since) >= stall {
+					cancel(errStalled)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // copyFile streams one file from the tenant's bucket into the object
 // store, which hashes it while writing.
 func (w *Watcher) copyFile(ctx context.Context, tc *tenantClient, src, dst string, mf events.ModelFile) (*events.ModelReason, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	obj, err := tc.s3.GetObject(ctx, tc.c.Bucket, src, minio.GetObjectOptions{})
 	if err != nil {
 		return nil, err
@@ -267,7 +304,12 @@ func (w *Watcher) copyFile(ctx context.Context, tc *tenantClient, src, dst strin
 		return &events.ModelReason{Code: CodeSizeMismatch, File: mf.Path, Message: fmt.Sprintf("the file is %d bytes, the manifest says %d", st.Size, mf.Size)}, nil
 	}
 	cr := &countReader{r: obj}
+	stop := watchStall(ctx, cancel, cr, w.cfg.StallTimeout)
 	info, err := w.d.Objects.Put(ctx, dst, cr, mf.Size, "")
+	stop()
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return nil, fmt.Errorf("%w for %s", errStalled, w.cfg.StallTimeout)
+	}
 	if err != nil {
 		if (cr.err == nil || errors.Is(cr.err, io.EOF)) && cr.n != mf.Size {
 			return &events.ModelReason{Code: CodeSizeMismatch, File: mf.Path, Message: "the file changed size while it was copied"}, nil
