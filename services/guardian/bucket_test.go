@@ -498,3 +498,58 @@ func TestTenantBucketStalledCopy(t *testing.T) {
 		t.Fatalf("after the bucket recovered: %+v", v)
 	}
 }
+
+// TestTenantBucketSupersededImport: a manifest replaced while its import
+// keeps failing leaves no version waiting forever: the unfinished one is
+// rejected as superseded, and the new manifest makes the next version.
+// Polls happen only when asked (a poll an hour away, notifications).
+func TestTenantBucketSupersededImport(t *testing.T) {
+	ft := &flakyTransport{}
+	e := startBucketsPolling(t, ft, time.Hour)
+	e.polled(1)
+	ctx := context.Background()
+	ft.set("drops/acme/redo/model-00002")
+	files := shardedModel()
+	e.drop("drops/acme/redo/", files, manifestOf(t, "model", files, nil))
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	// A poll (the configuration's watch may have started after the
+	// change; the notification's subscription is on this connection):
+	// the import fails.
+	if err := e.js.Conn().Publish(events.ModelBucketNotify("acme"), nil); err != nil {
+		t.Fatal(err)
+	}
+	folders, err := e.js.KeyValue(ctx, events.BucketTenantBucketFolders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bucket.FolderKey("acme", "tenant-models", "drops/acme/redo/")
+	eventuallyT(t, func() bool {
+		var f bucket.Folder
+		ent, err := folders.Get(ctx, key)
+		return err == nil && json.Unmarshal(ent.Value(), &f) == nil && f.Status == bucket.FolderFailed && f.Version == 1
+	}, "the first import's failure")
+	// The tenant replaces the model card and the manifest; its S3 answers again.
+	files["README.md"] = []byte("---\nlicense: apache-2.0\n---\n# Tiny, take two\n")
+	e.drop("drops/acme/redo/", files, manifestOf(t, "model", files, nil))
+	ft.set("")
+	if err := e.js.Conn().Publish(events.ModelBucketNotify("acme"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.settled("acme/redo", 2); v.Status != catalog.StatusPublished {
+		t.Fatalf("the new manifest: %+v", v)
+	}
+	if v := e.settled("acme/redo", 1); v.Status != catalog.StatusRejected || !hasReason(v, bucket.CodeSuperseded, "") {
+		t.Fatalf("the superseded version: %+v", v)
+	}
+}
+
+func eventuallyT(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -55,6 +55,7 @@ const (
 	CodeTooLarge        = "too_large"        // a file or the folder is over the size limit
 	CodeTooManyFiles    = "too_many_files"   // the folder holds more files than allowed
 	CodeCatalogRefused  = "catalog_refused"  // the catalog refused the version (another owner, another kind)
+	CodeSuperseded      = "superseded"       // the manifest changed before the version was imported
 )
 
 // Folder statuses.
@@ -402,24 +403,30 @@ type Folder struct {
 var errSkip = errors.New("skip")
 
 // claim takes the folder for etag, or errSkip when it is done or another
-// replica holds it.
-func (w *Watcher) claim(ctx context.Context, key string, tc *tenantClient, l *listing) (Folder, error) {
+// replica holds it. superseded is the record of an earlier manifest whose
+// import never finished: its version is to be rejected.
+func (w *Watcher) claim(ctx context.Context, key string, tc *tenantClient, l *listing) (f Folder, superseded *Folder, err error) {
 	now := time.Now().UTC()
-	f, _, err := kv.Update(ctx, w.folders, key, func(f *Folder, exists bool) error {
+	f, _, err = kv.Update(ctx, w.folders, key, func(f *Folder, exists bool) error {
+		superseded = nil
+		if exists && f.Status == FolderImporting && f.Owner != w.cfg.Replica && now.Before(f.LeaseUntil) {
+			return errSkip // another replica is at it (this manifest or an earlier one)
+		}
 		if exists && f.ETag == l.manifestETag {
-			switch {
-			case f.Status == FolderImported || f.Status == FolderRejected:
-				return errSkip
-			case f.Status == FolderImporting && f.Owner != w.cfg.Replica && now.Before(f.LeaseUntil):
+			if f.Status == FolderImported || f.Status == FolderRejected {
 				return errSkip
 			}
 		} else {
+			if exists && f.Version > 0 && f.Status != FolderImported && f.Status != FolderRejected {
+				prev := *f
+				superseded = &prev
+			}
 			*f = Folder{Tenant: tc.c.Tenant, Bucket: tc.c.Bucket, Folder: l.folder, ETag: l.manifestETag}
 		}
 		f.Status, f.Owner, f.LeaseUntil, f.UpdatedAt = FolderImporting, w.cfg.Replica, now.Add(w.cfg.LeaseTTL), now
 		return nil
 	})
-	return f, err
+	return f, superseded, err
 }
 
 func (w *Watcher) record(ctx context.Context, key string, fn func(f *Folder)) error {
@@ -435,7 +442,7 @@ func (w *Watcher) record(ctx context.Context, key string, fn func(f *Folder)) er
 func (w *Watcher) folder(ctx context.Context, tc *tenantClient, name string, l *listing) {
 	key := FolderKey(tc.c.Tenant, tc.c.Bucket, l.folder)
 	log := w.log.With("tenant", tc.c.Tenant, "bucket", tc.c.Bucket, "folder", l.folder, "etag", l.manifestETag)
-	f, err := w.claim(ctx, key, tc, l)
+	f, superseded, err := w.claim(ctx, key, tc, l)
 	if errors.Is(err, errSkip) {
 		return
 	}
@@ -444,6 +451,15 @@ func (w *Watcher) folder(ctx context.Context, tc *tenantClient, name string, l *
 			log.Warn("claiming a bucket folder", "err", err)
 		}
 		return
+	}
+	if superseded != nil {
+		// An earlier manifest's import that never finished: its version
+		// would wait forever.
+		err := w.reject(ctx, superseded.Model, superseded.Version, nil, []events.ModelReason{{Code: CodeSuperseded,
+			Message: "the folder's manifest changed (ETag " + l.manifestETag + ") before this version was imported"}})
+		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
+			log.Warn("rejecting a superseded bucket version", "model", superseded.Model, "version", superseded.Version, "err", err)
+		}
 	}
 	out, err := w.importFolder(ctx, tc, name, l, &f, key, log)
 	if err != nil {
