@@ -128,7 +128,7 @@ func tenantsCmd() *cobra.Command {
 	}
 	tf.add(update, false)
 	update.Flags().BoolVar(&updateContent, "trace-content", false, traceContentHelp+" (--trace-content=false turns it off)")
-	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd())
+	c.AddCommand(create, list, update, tenantWebhookCmd(), tenantAdmissionCmd(), tenantModelBucketCmd())
 	return c
 }
 
@@ -620,7 +620,7 @@ func modelsCmd() *cobra.Command {
 		},
 	}
 	pp.add(price, "")
-	c.AddCommand(register, list, modelsStatusCmd(), price, del)
+	c.AddCommand(register, list, modelsStatusCmd(), price, del, modelManifestCmd())
 	c.AddCommand(modelFlowCmds()...)
 	return c
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/services/batch"
 	"github.com/aiforge/aiforge/services/guardian"
+	"github.com/aiforge/aiforge/services/guardian/bucket"
 	sandboxsvc "github.com/aiforge/aiforge/services/sandbox"
 	"github.com/aiforge/aiforge/services/usage"
 	"github.com/aiforge/aiforge/services/worker"
@@ -51,6 +52,7 @@ type serveFlags struct {
 	hubURL                        string
 	hubHosts                      []string
 	oci                           ociFlags
+	bucketPoll                    time.Duration
 	index                         vectorIndexFlags
 	batch                         batchFlags
 	// sandbox is the sandbox service's configuration, filled by its own
@@ -92,6 +94,7 @@ func (f *serveFlags) add(c *cobra.Command, embedded bool) {
 	c.Flags().IntVar(&f.replicas, "stream-replicas", envInt("AIFORGE_STREAM_REPLICAS", 1), "replicas of the streams and buckets (3 on a NATS cluster; the same value aiforge nats provision was given)")
 	c.Flags().StringVar(&f.hubURL, "hub-url", env("AIFORGE_HUB_URL", guardian.DefaultHubURL), "guardian: the model hub the mirror pulls from (token from AIFORGE_HUB_TOKEN or HF_TOKEN)")
 	c.Flags().StringSliceVar(&f.hubHosts, "hub-redirect-hosts", nil, "guardian: hosts hub downloads may be redirected to (default: the huggingface.co CDNs)")
+	c.Flags().DurationVar(&f.bucketPoll, "bucket-poll", envDuration("AIFORGE_BUCKET_POLL", bucket.DefaultPollInterval), "guardian: how often each tenant's model bucket is listed for new model folders (a configuration change lists at once)")
 	f.index.add(c)
 	f.batch.add(c)
 	f.oci.add(c)
@@ -175,6 +178,7 @@ func (f *serveFlags) options(targets []string) (app.Options, error) {
 	o.Guardian.HubURL = f.hubURL
 	o.Guardian.HubRedirectHosts = f.hubHosts
 	f.oci.apply(&o.Guardian)
+	o.Guardian.Buckets.PollInterval = f.bucketPoll
 	// The hub token comes from the environment only, never a flag (flags
 	// show in process listings).
 	o.Guardian.HubToken = os.Getenv("AIFORGE_HUB_TOKEN")
@@ -218,7 +222,7 @@ func checkEnv() error {
 			}
 		}
 	}
-	for _, name := range []string{"AIFORGE_RESERVATION_TTL", "AIFORGE_BATCH_WINDOW", "AIFORGE_BATCH_ACK_WAIT", "AIFORGE_COLD_START_WAIT"} {
+	for _, name := range []string{"AIFORGE_RESERVATION_TTL", "AIFORGE_BATCH_WINDOW", "AIFORGE_BATCH_ACK_WAIT", "AIFORGE_COLD_START_WAIT", "AIFORGE_BUCKET_POLL"} {
 		if v := os.Getenv(name); v != "" {
 			if _, err := time.ParseDuration(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q is not a duration (e.g. 15m)", name, v))

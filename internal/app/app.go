@@ -908,7 +908,13 @@ func (a *App) buildGuardian() (func(context.Context) error, func() bool, error) 
 			return nil, nil, fmt.Errorf("guardian scratch dir: %w", err)
 		}
 	}
-	s, err := guardian.New(cfg, guardian.Deps{JS: js, Objects: objects, Logger: a.log, Registerer: a.metrics})
+	// The private key opens the sealed credentials of the tenants' model
+	// buckets; without one they are not watched (each is reported).
+	priv, _, err := a.secretsKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := guardian.New(cfg, guardian.Deps{JS: js, Objects: objects, Logger: a.log, Registerer: a.metrics, SecretsKey: priv})
 	if err != nil {
 		return nil, nil, err
 	}

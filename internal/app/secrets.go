@@ -36,7 +36,8 @@ func (a *App) runsModule(name string) bool {
 // secretsKeys loads, once, the key material of the modules in this
 // process: the private key for the workers (which open the sealed engine
 // keys) and the batch service (which opens the sealed webhook secrets),
-// the public key for the edge (which seals them). The edge alone never
+// the guardian (which opens the sealed credentials of tenants' model
+// buckets), the public key for the edge (which seals them). The edge alone never
 // reads the private key. Either may be nil, with a warning: the
 // workers then serve only models without a sealed key, the edge refuses
 // engine keys.
@@ -46,7 +47,7 @@ func (a *App) secretsKeys() (*sealed.PrivateKey, *sealed.PublicKey, error) {
 }
 
 func (a *App) loadSecrets() (r secretsResult) {
-	if a.runsModule("workers") || a.runsModule("batch") {
+	if a.runsModule("workers") || a.runsModule("batch") || a.runsModule("guardian") {
 		r.priv, r.err = a.loadPrivateKey()
 		if r.err != nil {
 			return r
@@ -109,7 +110,7 @@ func (a *App) loadPrivateKey() (*sealed.PrivateKey, error) {
 			return nil, fmt.Errorf("secrets key: %w", err)
 		}
 	default:
-		a.log.Warn("no secrets key: the workers serve no model whose engine API key is sealed, the batch service delivers no signed webhook (set AIFORGE_SECRETS_KEY_FILE or give a data dir)")
+		a.log.Warn("no secrets key: the workers serve no model whose engine API key is sealed, the batch service delivers no signed webhook, the guardian watches no tenant model bucket (set AIFORGE_SECRETS_KEY_FILE or give a data dir)")
 		return nil, nil
 	}
 	if created {

@@ -290,6 +290,18 @@ var permCases = []permCase{
 	{busauth.Retriever, "pub", "$KV.aiforge_models.m.x", false},
 	{busauth.Guardian, "pub", "$KV.aiforge_catalog.c.x", true},
 	{busauth.Guardian, "pub", "$KV.aiforge_keys.key_0123456789abcdef", false},
+	// Tenant model buckets: the edge writes the configurations, the
+	// guardian reads them and writes its folder records.
+	{busauth.Edge, "pub", "$KV.aiforge_tenant_buckets.b.acme", true},
+	{busauth.Guardian, "pub", "$KV.aiforge_tenant_buckets.b.acme", false},
+	{busauth.Guardian, "pub", "$JS.API.DIRECT.GET.KV_aiforge_tenant_buckets.$KV.aiforge_tenant_buckets.b.acme", true},
+	{busauth.Guardian, "pub", "$KV.aiforge_tenant_bucket_folders.f.acme.x", true},
+	{busauth.Edge, "pub", "$KV.aiforge_tenant_bucket_folders.f.acme.x", false},
+	{busauth.Worker, "pub", "$JS.API.DIRECT.GET.KV_aiforge_tenant_buckets.$KV.aiforge_tenant_buckets.b.acme", false},
+	{busauth.Edge, "pub", "aiforge.notify.modelbucket.v1.acme", true},
+	{busauth.Worker, "pub", "aiforge.notify.modelbucket.v1.acme", false},
+	{busauth.Guardian, "sub", "aiforge.notify.modelbucket.v1.*", true},
+	{busauth.Guardian, "pub", "aiforge.notify.modelbucket.v1.acme", false},
 	// KV reads: a worker reads bindings, not keys.
 	{busauth.Worker, "pub", "$JS.API.DIRECT.GET.KV_aiforge_models.$KV.aiforge_models.m.x", true},
 	{busauth.Worker, "pub", "$JS.API.DIRECT.GET.KV_aiforge_keys.$KV.aiforge_keys.key_0123456789abcdef", false},

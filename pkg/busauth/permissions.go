@@ -204,6 +204,8 @@ func table() map[string]Permissions {
 			events.BucketVectorStores, events.BucketVectorStoreFiles).
 		kvWrite(events.BucketBatches, events.BucketBatchQueues).
 		kvWrite(events.BucketRouters, events.BucketSemanticCache).
+		kvWrite(events.BucketTenantBuckets).kvRead(events.BucketTenantBucketFolders).
+		p(events.ModelBucketNotifyAll).
 		kvWrite(events.BucketResponses, events.BucketPrompts).
 		durable(events.StreamDocs, "edge-docs-status").durable(events.StreamDeadLetter, "edge-docs-dead").
 		ordered(events.StreamUsage).
@@ -279,7 +281,11 @@ func table() map[string]Permissions {
 	guardian := (&grant{}).inbox(Guardian).streamInfo().
 		p(ev(events.TypeModelUploadedV1), ev(events.TypeModelVerdictV2)).
 		durable(events.StreamModels, "guardian-scan").durable(events.StreamModels, "guardian-mirror").
-		kvWrite(catalogBuckets...)
+		kvWrite(catalogBuckets...).
+		// The tenants' model buckets: their configurations (read and
+		// watched) and its record of each folder imported.
+		kvRead(events.BucketTenantBuckets).kvWrite(events.BucketTenantBucketFolders).
+		s(events.ModelBucketNotifyAll)
 	put(Guardian, guardian, nil)
 
 	// The batch service validates batches, enqueues their lines on the

@@ -89,9 +89,13 @@ type Version struct {
 
 // Entry is a model name with its versions, oldest first.
 type Entry struct {
-	Name      string    `json:"name"`
-	Kind      string    `json:"kind"`
-	BaseModel string    `json:"base_model,omitempty"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	BaseModel string `json:"base_model,omitempty"`
+	// Tenant owns the model when it came from that tenant's model bucket
+	// (its name is then "<tenant>/..."); empty for the platform's own
+	// models (admin uploads, hub pulls). Only the owner adds versions.
+	Tenant    string    `json:"tenant,omitempty"`
 	Versions  []Version `json:"versions"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -265,6 +269,14 @@ func (s *Store) Update(ctx context.Context, name string, fn func(e *Entry, exist
 // must have the same kind and base model. v.Version, Prefix and the times
 // are set here.
 func (s *Store) AddVersion(ctx context.Context, name, kind, base string, v Version) (Version, error) {
+	return s.AddOwnedVersion(ctx, "", name, kind, base, v)
+}
+
+// AddOwnedVersion is AddVersion for a model owned by tenant ("" is the
+// platform): a new entry records the owner, and an existing entry of
+// another owner is a conflict, so one tenant's drop can never add a
+// version to another tenant's model or to the platform's.
+func (s *Store) AddOwnedVersion(ctx context.Context, tenant, name, kind, base string, v Version) (Version, error) {
 	if kind == "" {
 		kind = events.ModelKindModel
 	}
@@ -280,7 +292,9 @@ func (s *Store) AddVersion(ctx context.Context, name, kind, base string, v Versi
 	var added Version
 	_, err := s.Update(ctx, name, func(e *Entry, exists bool) error {
 		if !exists {
-			e.Kind, e.BaseModel = kind, base
+			e.Kind, e.BaseModel, e.Tenant = kind, base, tenant
+		} else if e.Tenant != tenant {
+			return fmt.Errorf("%w: %q belongs to %s; a version cannot be added by %s", ErrConflict, name, ownerDesc(e.Tenant), ownerDesc(tenant))
 		} else if e.Kind != kind || e.BaseModel != base {
 			return fmt.Errorf("%w: %q is a %s%s; a new version cannot change that", ErrConflict, name, e.Kind, baseDesc(e.BaseModel))
 		}
@@ -300,6 +314,13 @@ func (s *Store) AddVersion(ctx context.Context, name, kind, base string, v Versi
 		return nil
 	})
 	return added, err
+}
+
+func ownerDesc(tenant string) string {
+	if tenant == "" {
+		return "the platform"
+	}
+	return "tenant " + tenant
 }
 
 func baseDesc(base string) string {

@@ -161,3 +161,36 @@ func TestDeployAndRollback(t *testing.T) {
 		t.Fatalf("rollback of nothing: %v", err)
 	}
 }
+
+// TestOwnedVersions: a tenant's model takes versions from that tenant only;
+// neither another tenant nor the platform (an admin upload) can add one,
+// and a tenant cannot add one to the platform's model.
+func TestOwnedVersions(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	v, err := s.AddOwnedVersion(ctx, "acme", "acme/tiny", "", "", Version{})
+	if err != nil || v.Version != 1 {
+		t.Fatalf("first owned version: %+v, %v", v, err)
+	}
+	if e, err := s.Get(ctx, "acme/tiny"); err != nil || e.Tenant != "acme" {
+		t.Fatalf("entry = %+v, %v; want tenant acme", e, err)
+	}
+	if v, err := s.AddOwnedVersion(ctx, "acme", "acme/tiny", "", "", Version{}); err != nil || v.Version != 2 {
+		t.Fatalf("owner's second version: %+v, %v", v, err)
+	}
+	if _, err := s.AddOwnedVersion(ctx, "globex", "acme/tiny", "", "", Version{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("another tenant's version: %v, want ErrConflict", err)
+	}
+	if _, err := s.AddVersion(ctx, "acme/tiny", "", "", Version{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a platform version of a tenant's model: %v, want ErrConflict", err)
+	}
+	if _, err := s.AddVersion(ctx, "shared", "", "", Version{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddOwnedVersion(ctx, "acme", "shared", "", "", Version{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a tenant's version of the platform's model: %v, want ErrConflict", err)
+	}
+	if e, _ := s.Get(ctx, "acme/tiny"); len(e.Versions) != 2 {
+		t.Fatalf("refused additions changed the entry: %+v", e.Versions)
+	}
+}

@@ -106,7 +106,8 @@ type View struct {
 // entry is what the view keeps of a catalog entry.
 type entry struct {
 	name, kind, base string
-	published        int // newest published version, 0 when none
+	tenant           string // the owner (catalog.Entry.Tenant), "" for the platform's
+	published        int    // newest published version, 0 when none
 	createdAt        time.Time
 }
 
@@ -212,7 +213,7 @@ func (v *View) WaitSynced(ctx context.Context) error {
 }
 
 func entryOf(e catalog.Entry) entry {
-	out := entry{name: e.Name, kind: e.Kind, base: e.BaseModel, createdAt: e.CreatedAt}
+	out := entry{name: e.Name, kind: e.Kind, base: e.BaseModel, tenant: e.Tenant, createdAt: e.CreatedAt}
 	if p, ok := e.LatestPublished(); ok {
 		out.published = p.Version
 	}
@@ -444,6 +445,32 @@ func (v *View) Adapter(name string) (Adapter, bool) {
 		return Adapter{}, false
 	}
 	return Adapter{Name: e.name, Base: e.base, Version: e.published, CreatedAt: e.createdAt}, true
+}
+
+// Owner is the tenant that owns the served model name: the owner of a
+// tenant's adapter, or of the catalog entry a deployment runs; "" for the
+// platform's models (every tenant's keys may be allowed them).
+func (v *View) Owner(model string) string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if e, ok := v.entries.byID[model]; ok && e.kind == events.ModelKindAdapter {
+		return e.tenant
+	}
+	if d, ok := v.deployments.byID[model]; ok {
+		return v.entries.byID[d.Catalog].tenant
+	}
+	return ""
+}
+
+// Permits reports whether key k may use the served model name: its
+// allow-list names it and, for a model a tenant owns (from its model
+// bucket), k is that tenant's.
+func (v *View) Permits(k *registry.Key, model string) bool {
+	if !k.Allows(model) {
+		return false
+	}
+	owner := v.Owner(model)
+	return owner == "" || owner == k.Tenant
 }
 
 // Deployment is the catalog version the served name model runs.

@@ -329,3 +329,50 @@ func TestWorkers(t *testing.T) {
 		t.Error("a view without Options.Workers lists replicas")
 	}
 }
+
+// A model a tenant owns (its adapter, or a deployment of its catalog
+// entry) is permitted to that tenant's keys only; the platform's models to
+// every key that allows them.
+func TestOwnedModelsPermitOwnerOnly(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if err := f.reg.PutModel(ctx, registry.Model{Name: "base", Engine: engine}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.reg.PutModel(ctx, registry.Model{Name: "acme-chat", Engine: engine}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(tenant, name, kind, base string) {
+		t.Helper()
+		v, err := f.cat.AddOwnedVersion(ctx, tenant, name, kind, base, catalog.Version{Status: catalog.StatusScanning})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.cat.ApplyVerdict(ctx, events.ModelVerdictV1{Name: name, Version: v.Version, Status: events.VerdictPublished, ScannedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("acme", "acme/lora", events.ModelKindAdapter, "base")
+	publish("acme", "acme/tiny", events.ModelKindModel, "")
+	if _, err := f.cat.Deploy(ctx, "acme-chat", "acme/tiny", 0); err != nil {
+		t.Fatal(err)
+	}
+	v := f.start(t)
+	eventually(t, func() bool { _, ok := v.Deployment("acme-chat"); return ok }, "the deployment")
+	acme := &registry.Key{Tenant: "acme", Models: []string{"*"}}
+	globex := &registry.Key{Tenant: "globex", Models: []string{"*"}}
+	for _, c := range []struct {
+		model, owner string
+		acme, globex bool
+	}{{"base", "", true, true}, {"acme/lora", "acme", true, false}, {"acme-chat", "acme", true, false}} {
+		if got := v.Owner(c.model); got != c.owner {
+			t.Errorf("Owner(%s) = %q, want %q", c.model, got, c.owner)
+		}
+		if v.Permits(acme, c.model) != c.acme || v.Permits(globex, c.model) != c.globex {
+			t.Errorf("%s: acme %v, globex %v; want %v, %v", c.model, v.Permits(acme, c.model), v.Permits(globex, c.model), c.acme, c.globex)
+		}
+	}
+	if v.Permits(&registry.Key{Tenant: "acme", Models: []string{"base"}}, "acme/lora") {
+		t.Error("the owner's key without the adapter on its allow-list was permitted it")
+	}
+}

@@ -29,6 +29,9 @@ const (
 	// or a digest) and Commit the manifest digest it was pinned to
 	// (sha256:...), the fields a hub source fills the same way.
 	ModelSourceOCI = "oci"
+	// ModelSourceBucket: a folder of a tenant's model bucket (S3), imported
+	// by the guardian when its manifest appeared or changed.
+	ModelSourceBucket = "bucket"
 )
 
 // Verdict statuses.
@@ -45,7 +48,10 @@ type ModelFile struct {
 }
 
 // ModelSource says where a version came from: an upload, a hub repository
-// pinned to a commit, or an OCI artifact pinned to its manifest digest.
+// pinned to a commit, an OCI artifact pinned to its manifest digest, or a
+// folder of a tenant's model bucket: Repo "s3://<bucket>/<folder key
+// prefix>" and Commit its manifest's ETag (the owner tenant is the catalog
+// entry's and the event's tenant).
 type ModelSource struct {
 	Type     string `json:"type"` // upload, hub
 	Repo     string `json:"repo,omitempty"`
@@ -67,8 +73,13 @@ func (s ModelSource) validate() error {
 			return errors.New("an oci source needs repo and its manifest digest as commit")
 		}
 		return nil
+	case ModelSourceBucket:
+		if !strings.HasPrefix(s.Repo, "s3://") || s.Commit == "" {
+			return errors.New("a bucket source needs repo (s3://bucket/prefix/) and commit (the manifest's ETag)")
+		}
+		return nil
 	}
-	return fmt.Errorf("source type %q is not upload, hub or oci", s.Type)
+	return fmt.Errorf("source type %q is not upload, hub, oci or bucket", s.Type)
 }
 
 // ModelReason is one typed cause of a rejection: a stable code, the file it

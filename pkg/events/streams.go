@@ -124,6 +124,8 @@ func Buckets(o StreamOptions) []jetstream.KeyValueConfig {
 		{Bucket: BucketResponses, Description: "stored responses per tenant: the response, its input items, the conversation before it; a TTL per key", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, LimitMarkerTTL: time.Minute},
 		mk(BucketPrompts, "prompt templates per tenant: versions and labels (production, staging, A/B weights)"),
 		mk(BucketUploads, "model upload sessions in progress: expected files and parts received"),
+		mk(BucketTenantBuckets, "tenant model buckets: the S3 prefix the guardian watches, credentials sealed"),
+		mk(BucketTenantBucketFolders, "folders of tenant model buckets: the manifest ETag imported or rejected, the catalog version"),
 		{Bucket: BucketPulls, Description: "hub pulls: their commit, catalog version or failure, kept a week", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketBudgets, Description: "spend and reservations per key or tenant and period", History: 1, Storage: jetstream.FileStorage, Replicas: o.Replicas},
 		{Bucket: BucketWorkers, Description: "worker replicas: engine health, verified upstream, slots, last error", History: 1, Storage: jetstream.MemoryStorage, Replicas: o.Replicas, TTL: WorkerStateTTL, LimitMarkerTTL: WorkerStateTTL},

@@ -203,6 +203,15 @@ const (
 // SandboxAll matches every sandbox request.
 const SandboxAll = "aiforge.sandbox.v1.>"
 
+// ModelBucketNotify (core NATS, not a stream: a lost one costs a poll
+// interval) tells the guardian that an S3 event notification for a
+// tenant's model bucket reached the edge, so it lists that bucket now
+// instead of at its next poll. The message carries no data.
+func ModelBucketNotify(tenant string) string { return "aiforge.notify.modelbucket.v1." + Token(tenant) }
+
+// ModelBucketNotifyAll matches ModelBucketNotify of every tenant.
+const ModelBucketNotifyAll = "aiforge.notify.modelbucket.v1.*"
+
 // SandboxQueue is the queue group of sandbox replicas.
 const SandboxQueue = "sandbox"
 
@@ -338,6 +347,14 @@ const (
 	// BucketPulls holds the state of hub pulls, so a client that requested
 	// one can follow it to its catalog version (or its failure).
 	BucketPulls = "aiforge_model_pulls"
+	// BucketTenantBuckets holds each tenant's model bucket: the S3 prefix
+	// the guardian watches for model folders (pkg/tenantbucket.Config; the
+	// credentials sealed), written by the edge's admin API.
+	BucketTenantBuckets = "aiforge_tenant_buckets"
+	// BucketTenantBucketFolders holds the guardian's record of each folder
+	// of a tenant's model bucket: the manifest ETag last imported or
+	// rejected, so a restart neither imports twice nor misses one.
+	BucketTenantBucketFolders = "aiforge_tenant_bucket_folders"
 	// BucketWorkers holds what each worker replica reports about itself
 	// and its engine (registry.WorkerState), refreshed while it runs and
 	// expiring when it stops reporting.

@@ -37,6 +37,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/rerank"
 	"github.com/aiforge/aiforge/pkg/sealed"
+	"github.com/aiforge/aiforge/pkg/tenantbucket"
 	"github.com/aiforge/aiforge/services/edge/internal/admin"
 	"github.com/aiforge/aiforge/services/edge/internal/batches"
 	"github.com/aiforge/aiforge/services/edge/internal/console"
@@ -506,8 +507,12 @@ func (s *Service) open(ctx context.Context) (*domains, error) {
 		Catalog: cat, Uploads: kvs[events.BucketUploads], Objects: s.deps.Objects, JS: js, Directory: d.dir,
 		AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID, UploadPartBytes: s.cfg.UploadPartBytes,
 	}).Routes(d.mux)
+	tenantBuckets, err := tenantbucket.OpenStore(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	admin.New(admin.Deps{Store: store, Directory: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, SecretsKey: s.cfg.SecretsKey, Budgets: kvs[events.BucketBudgets],
-		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC, Cache: d.cache}).Routes(d.mux)
+		BatchQueues: kvs[events.BucketBatchQueues], NC: s.deps.NC, Cache: d.cache, TenantBuckets: tenantBuckets}).Routes(d.mux)
 	s.sealLegacyEngineKeys(ctx, store)
 	reports.New(reports.Deps{NC: s.deps.NC, JS: js, Keys: d.dir, AdminKey: s.cfg.AdminKey, Logger: s.log, InstanceID: s.cfg.InstanceID}).Routes(d.mux)
 	con, err := console.New(console.Deps{API: d.mux, AdminKey: s.cfg.AdminKey, Batches: kvs[events.BucketBatches], VectorStores: kvs[events.BucketVectorStores],

@@ -30,6 +30,9 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/objstore"
+	"github.com/aiforge/aiforge/pkg/sealed"
+	"github.com/aiforge/aiforge/pkg/tenantbucket"
+	"github.com/aiforge/aiforge/services/guardian/bucket"
 	"github.com/aiforge/aiforge/services/guardian/hub"
 	"github.com/aiforge/aiforge/services/guardian/oci"
 	"github.com/aiforge/aiforge/services/guardian/scan"
@@ -89,6 +92,9 @@ type Config struct {
 	ProgressEvery time.Duration
 	// OCI configures pulls of OCI artifacts (ocipull.go).
 	OCI OCIConfig
+	// Buckets tunes the watcher of the tenants' model buckets (package
+	// bucket; PollInterval default 30s).
+	Buckets bucket.Config
 }
 
 // Validate reports every problem of c.
@@ -123,6 +129,12 @@ type Deps struct {
 	// Registerer, when set, receives the metrics of the service's
 	// consumers (events.NewConsumerMetrics).
 	Registerer prometheus.Registerer
+	// SecretsKey opens the sealed credentials of the tenants' model
+	// buckets; nil: they are not watched (each one is reported).
+	SecretsKey *sealed.PrivateKey
+	// BucketTransport, when set, carries the requests to tenants' buckets
+	// (tests).
+	BucketTransport http.RoundTripper
 }
 
 // Service scans model versions and mirrors hub repositories.
@@ -135,8 +147,9 @@ type Service struct {
 	// metrics are the consumers'; nil without Deps.Registerer.
 	metrics *events.ConsumerMetrics
 
-	mu  sync.Mutex
-	cat *catalog.Store
+	mu      sync.Mutex
+	cat     *catalog.Store
+	buckets *bucket.Watcher
 }
 
 // New validates cfg and deps and builds the service.
@@ -225,10 +238,23 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("guardian: %w", err)
 	}
-	errs := make(chan error, 2)
+	configs, err := tenantbucket.OpenStore(ctx, s.deps.JS)
+	if err != nil {
+		return fmt.Errorf("guardian: %w", err)
+	}
+	buckets, err := bucket.New(s.cfg.Buckets, bucket.Deps{JS: s.deps.JS, Objects: s.deps.Objects, Catalog: cat,
+		Configs: configs, SecretsKey: s.deps.SecretsKey, Logger: s.log, Transport: s.deps.BucketTransport})
+	if err != nil {
+		return fmt.Errorf("guardian: %w", err)
+	}
+	s.mu.Lock()
+	s.buckets = buckets
+	s.mu.Unlock()
+	errs := make(chan error, 3)
 	go func() { errs <- scanner.Run(ctx) }()
 	go func() { errs <- mirror.Run(ctx) }()
-	return errors.Join(<-errs, <-errs)
+	go func() { errs <- buckets.Run(ctx) }()
+	return errors.Join(<-errs, <-errs, <-errs)
 }
 
 func (s *Service) catalog() *catalog.Store {

@@ -17,6 +17,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/pkg/spend"
+	"github.com/aiforge/aiforge/pkg/tenantbucket"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 	"github.com/aiforge/aiforge/services/edge/internal/models"
 	"github.com/aiforge/aiforge/services/edge/internal/semcache"
@@ -47,6 +48,9 @@ type Deps struct {
 	// Cache is the semantic cache, purged by DELETE /admin/v1/cache; nil
 	// answers 503.
 	Cache *semcache.Cache
+	// TenantBuckets holds the tenants' model buckets
+	// (/admin/v1/tenants/{id}/model-bucket); nil answers 503.
+	TenantBuckets *tenantbucket.Store
 }
 
 // Service is the registry admin API.
@@ -152,6 +156,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/v1/models/{name...}", s.admin(s.deleteModel))
 	s.batchRoutes(mux)
 	s.webhookRoutes(mux)
+	s.modelBucketRoutes(mux)
 	s.routerRoutes(mux)
 }
 

@@ -192,7 +192,7 @@ func (s *Service) route(ctx context.Context, c Call, adm admitted, hdr nats.Head
 				log.add(name, "", http.StatusNotFound, contracts.CodeModelNotFound)
 				continue
 			}
-			if !c.Key.Allows(name) {
+			if !s.d.Directory.Permits(c.Key, name) {
 				log.add(name, "", http.StatusForbidden, contracts.CodeModelNotAllowed)
 				continue
 			}

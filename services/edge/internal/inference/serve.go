@@ -207,7 +207,7 @@ func (s *Service) generate(w http.ResponseWriter, r *http.Request, c Call, out R
 	if !ok {
 		return &refusal{Error: contracts.ErrModelNotFound(model), model: model}
 	}
-	if c.Router == "" && !c.Key.Allows(model) {
+	if c.Router == "" && !s.d.Directory.Permits(c.Key, model) {
 		return &refusal{Error: contracts.ErrModelNotAllowed(model), model: model}
 	}
 	if e := kindMismatch(m, c.Endpoint); e != nil {

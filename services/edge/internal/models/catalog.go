@@ -23,6 +23,7 @@ import (
 func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("GET /v1/models/{id...}", s.getModel)
+	mux.HandleFunc("POST /v1/model-bucket/events", s.bucketEvent)
 	s.uploadRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/catalog", s.admin(s.listCatalog))
 	mux.HandleFunc("GET /admin/v1/catalog/{name...}", s.admin(s.getCatalog))

@@ -95,7 +95,7 @@ func (s *Service) listModels(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("include_unavailable") == "true"
 	var data []modelObject
 	for _, m := range s.d.Directory.ServedModels() {
-		if !k.Allows(m.Name) {
+		if !s.d.Directory.Permits(k, m.Name) {
 			continue
 		}
 		st := StatusOf(s.d.Directory, m.Name)
@@ -132,7 +132,7 @@ func (s *Service) getModel(w http.ResponseWriter, r *http.Request) {
 		contracts.Write(w, contracts.ErrModelNotFound(id))
 		return
 	}
-	if !k.Allows(id) {
+	if !s.d.Directory.Permits(k, id) {
 		contracts.Write(w, contracts.ErrModelNotAllowed(id))
 		return
 	}
