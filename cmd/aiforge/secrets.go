@@ -27,7 +27,7 @@ func secretsKeygenCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "keygen",
 		Short: "Write secrets.key (mode 0600) and secrets.pub, or keep the ones there",
-		Long: `Writes <out>/secrets.key, the private key (mode 0600: mount it into the workers and the batch service
+		Long: `Writes <out>/secrets.key, the private key (mode 0600: mount it into the workers, the batch service and the guardian
 only), and <out>/secrets.pub, its public half (for the edges). A key already there is kept, so running it again
 changes nothing. Prints the key id, which sealed values name.
 

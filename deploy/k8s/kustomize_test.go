@@ -251,8 +251,8 @@ func checkSecrets(t *testing.T, o *objects) {
 	}
 }
 
-// checkSealingKeys: the replicas of the workers and the batch service open
-// what any edge sealed, so each is given the one private key of the Secret
+// checkSealingKeys: the replicas of the workers, the batch service and the
+// guardian (tenants' model-bucket credentials) open what any edge sealed, so each is given the one private key of the Secret
 // aiforge-secrets-key (AIFORGE_SECRETS_KEY_FILE into its mount), never a
 // key generated in its own data dir; the edges get only the public key;
 // no other container mounts the private key.
@@ -274,7 +274,7 @@ func checkSealingKeys(t *testing.T, o *objects) {
 			pubFile, pubSecret := sealingFile(spec, c, "AIFORGE_SECRETS_PUBLIC_KEY_FILE")
 			mountsKey := mountsSecret(spec, c, "aiforge-secrets-key")
 			switch target {
-			case "workers", "batch":
+			case "workers", "batch", "guardian":
 				if keySecret != "aiforge-secrets-key" {
 					t.Errorf("%s: AIFORGE_SECRETS_KEY_FILE %q is not in a mount of Secret aiforge-secrets-key (%q)", where, keyFile, keySecret)
 				}
@@ -287,7 +287,7 @@ func checkSealingKeys(t *testing.T, o *objects) {
 				}
 			default:
 				if mountsKey || keyFile != "" {
-					t.Errorf("%s (target %q): given the private secrets key, which only the workers and batch hold", where, target)
+					t.Errorf("%s (target %q): given the private secrets key, which only the workers, batch and guardian hold", where, target)
 				}
 			}
 		}
