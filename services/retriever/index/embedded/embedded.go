@@ -746,7 +746,7 @@ func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uin
 		if g.Live() <= e.cfg.ExactSearchMax {
 			return t.exactDense(p, k, false, tie)
 		}
-		res, _, err := g.Search(p.UnitDense, k, e.cfg.HNSW.EfSearch, nil, 0)
+		res, _, err := g.Search(p.UnitDense, k, g.EfSearch(e.cfg.HNSW.EfSearch), nil, 0)
 		return fromGraph(res), err
 	}
 	est := t.estimateAdmitted(p)
@@ -755,7 +755,7 @@ func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uin
 	}
 	// Filtered graph search: it walks through rejected nodes until it has collected ef admitted ones. The
 	// expected walk grows as 1/selectivity; past the budget the exact scan is cheaper and exact.
-	ef := e.cfg.HNSW.EfSearch
+	ef := g.EfSearch(e.cfg.HNSW.EfSearch)
 	sel := float64(est) / float64(g.Live())
 	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.M0()*max(ef, k)
 	res, complete, err := g.Search(p.UnitDense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
