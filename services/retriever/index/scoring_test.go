@@ -47,7 +47,7 @@ func TestFusionValidation(t *testing.T) {
 		}
 	}
 	p, err := PrepareQuery(Query{Tenant: "t", Dense: []float32{1}}, 0)
-	if err != nil || !p.Fusion.Default() || p.Scoring != ScoringBM25F {
+	if err != nil || p.Fusion.Method != FusionAgreement || p.Fusion.ServerRRF() || p.Scoring != ScoringBM25F {
 		t.Fatalf("defaults: %+v, %v", p.Fusion, err)
 	}
 	if p, err := PrepareQuery(Query{Tenant: "t", Mode: ModeSparse, Phrase: []string{"to", "be"}}, 0); err != nil || !p.UseSparse {

@@ -830,7 +830,7 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 		Limit:          ptr(uint64(p.Limit)),
 		WithPayload:    qc.NewWithPayload(true),
 	}
-	if p.Fused() && !p.Fusion.Default() {
+	if p.Fused() && !p.Fusion.ServerRRF() {
 		return q.fuseClientSide(ctx, &p, filter, sparseIdx, sparseVal)
 	}
 	switch {
