@@ -419,10 +419,10 @@ func testHybrid(t *testing.T, ix index.Index) {
 
 // testHybridAgreement: the default fusion weighs the dense list by its agreement with the keyword list. 12
 // chunks close to the query vector hold no query term, 2 far from it hold "kiwi": the dense top 10 shares
-// nothing with the keyword hits, so the dense list counts for nothing and only the keyword hits score above 0
-// (and, as z-scores are clipped at the list's mean, only the better of the two)
-// (equal-weight RRF would rank the dense-only chunks among them). When the dense list does find the keyword
-// chunks, it counts: the dense-only chunk it ranks third scores above 0.
+// nothing with the keyword hits, so the dense list counts for nothing: the keyword hits come first and the
+// dense-only chunks score 0 (equal-weight RRF would rank them among the keyword hits); as z-scores are clipped
+// at the list's mean, a threshold above 0 keeps only the better keyword hit. When the dense list does find the
+// keyword chunks, it counts: the dense-only chunk it ranks third scores above 0.
 func testHybridAgreement(t *testing.T, ix index.Index) {
 	var near []index.Chunk
 	for i := range 12 {
