@@ -37,7 +37,7 @@ import (
 
 // Search modes.
 const (
-	ModeHybrid = "hybrid" // RRF of the dense and sparse candidate lists (whichever the query carries); the default
+	ModeHybrid = "hybrid" // fusion (Query.Fusion) of the dense and sparse candidate lists (whichever the query carries); the default
 	ModeDense  = "dense"  // cosine similarity only
 	ModeSparse = "sparse" // BM25 only
 )
