@@ -890,8 +890,9 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 	return hits, nil
 }
 
-// fuseClientSide runs a hybrid query whose fusion Qdrant cannot do itself (the default agreement fusion, weighted RRF, another k, weighted
-// score fusion): the dense and the sparse candidate lists are queried one by one and fused here.
+// fuseClientSide runs a hybrid query whose fusion Qdrant cannot do itself (the default agreement fusion,
+// weighted RRF, another k, weighted score fusion): the dense and the sparse candidate lists are queried one by
+// one and fused here.
 func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filter *qc.Filter, sparseIdx []uint32, sparseVal []float32) ([]index.Hit, error) {
 	var lists [][]index.Ranked[string]
 	var weights []float64
