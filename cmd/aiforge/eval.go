@@ -28,11 +28,13 @@ them against the passages that answer them, per mode:
   sparse-bm25      plain BM25 over the chunk text (the sparse search before issue 18)
   sparse           BM25F (text, own heading, headings above) + proximity, question words, WordNet synonyms
   dense            cosine on the embeddings engine's vectors
+  hybrid           the default fusion: z-scores, the dense list weighted by its agreement with the sparse one
   hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse
-  hybrid-weighted  weighted sum of min-max normalised dense and sparse scores
+  hybrid-weighted  weighted sum of dense (cosine) and sparse (BM25 / the best) scores
 
 Sparse modes always run; dense and hybrid run with an embeddings engine (--embedding-url and
---embedding-model, or --embedding-sim for the engine simulator's hash vectors, which carry no meaning).
+--embedding-model, or --embedding-sim for the engine simulator's vectors: a weak lexical model, feature
+hashing of word stems and their character trigrams).
 
 Sets: "bundled" (default; a small CC0 corpus compiled into the binary) and "debian": 115 questions over
 four manuals from Debian packages, read from the installed packages (--corpus overrides the root,

@@ -125,8 +125,9 @@ const (
 	ModeSparseBefore   = "sparse-bm25"     // plain BM25 over the chunk text, query terms as documents' (before issue 18)
 	ModeSparse         = "sparse"          // BM25F + proximity, question words and WordNet synonyms (the retriever's)
 	ModeDense          = "dense"           // cosine on the engine's embeddings
-	ModeHybridRRF      = "hybrid-rrf"      // RRF (k 60) of dense and sparse
-	ModeHybridWeighted = "hybrid-weighted" // weighted sum of min-max normalised scores (equal weights)
+	ModeHybrid         = "hybrid"          // the default fusion (agreement-weighted z-scores) of dense and sparse
+	ModeHybridRRF      = "hybrid-rrf"      // RRF (k 60) of dense and sparse, equal weights
+	ModeHybridWeighted = "hybrid-weighted" // weighted sum of scores on [0, 1] (equal weights)
 )
 
 // Scores are the means over the queries of one search mode.
@@ -361,7 +362,7 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	}
 	modes := []string{ModeSparseBefore, ModeSparse}
 	if dense {
-		modes = append(modes, ModeDense, ModeHybridRRF, ModeHybridWeighted)
+		modes = append(modes, ModeDense, ModeHybrid, ModeHybridRRF, ModeHybridWeighted)
 	}
 	out := make([]Scores, len(modes))
 	for i, m := range modes {
@@ -387,9 +388,12 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 				query.Mode, query.TermWeights, query.Ordered, query.Phrase = index.ModeSparse, after.Weights, after.Ordered, after.Words
 			case ModeDense:
 				query.Mode, query.Dense = index.ModeDense, vec
-			case ModeHybridRRF, ModeHybridWeighted:
+			case ModeHybrid, ModeHybridRRF, ModeHybridWeighted:
 				query.Mode, query.TermWeights, query.Ordered, query.Phrase, query.Dense = index.ModeHybrid, after.Weights, after.Ordered, after.Words, vec
-				if mode == ModeHybridWeighted {
+				switch mode {
+				case ModeHybridRRF:
+					query.Fusion.Method = index.FusionRRF
+				case ModeHybridWeighted:
 					query.Fusion.Method = index.FusionWeighted
 				}
 			}

@@ -6,7 +6,8 @@
 // the zero-cost baseline in latency benchmarks. It is not a model and must
 // never be offered to users as one: its "completions" are words drawn from a
 // fixed list, seeded by an FNV hash of the prompt, and its "embeddings" are
-// hash-derived unit vectors.
+// a weak lexical model (feature hashing of word stems and trigrams, see
+// Embed), not learned ones.
 //
 // The simulator speaks the OpenAI wire format for
 //

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/aiforge/aiforge/pkg/lexical"
 )
 
 // maxEmbeddingDims bounds "dimensions".
@@ -20,10 +23,10 @@ type embRequest struct {
 	Dimensions     *int            `json:"dimensions"`
 }
 
-// embReq is a parsed embeddings request: one seed per input item.
+// embReq is a parsed embeddings request: one item per input.
 type embReq struct {
 	model  string
-	seeds  []uint64
+	items  []embItem
 	dims   int
 	b64    bool
 	tokens int
@@ -94,17 +97,99 @@ func (s *Sim) parseEmbeddings(body []byte, e *embReq) *apiError {
 	return nil
 }
 
+// embItem is one input: a text, or token ids (tokens non-nil).
+type embItem struct {
+	text   string
+	tokens []int
+}
+
 func (e *embReq) addText(t string) {
-	e.seeds = append(e.seeds, fnvString(fnvOffset64, t))
+	e.items = append(e.items, embItem{text: t})
 	e.tokens += max(countWords(t), 1)
 }
 
 func (e *embReq) addTokens(t []int) {
-	e.seeds = append(e.seeds, fnvInts(fnvOffset64, t))
+	e.items = append(e.items, embItem{tokens: slices.Clone(t)})
 	e.tokens += len(t)
 }
 
-// embed fills v with the deterministic unit vector for seed.
+// The simulator's embeddings are a weak lexical model, deterministic and
+// cheap, so that dense and hybrid retrieval can be exercised meaningfully
+// without one: signed feature hashing (Weinberger et al., "Feature hashing
+// for large scale multitask learning", 2009) of the text's word stems (the
+// lexical package's English analyzer: stop words removed, Porter2 stems) and
+// of the character trigrams of each stem with its boundaries ("#ke", "key",
+// "ey#"), each feature weighted by 1 + ln(its count), trigrams at
+// trigramWeight of a stem; the sum is L2-normalised. Texts sharing words or
+// word parts ("keyring", "keyrings", "key") have a positive cosine, unrelated
+// texts one near 0. Token-id inputs hash each id as a feature. An input with
+// no feature (empty, punctuation, stop words only) gets the hash-derived unit
+// vector of its bytes, as every input did before.
+const trigramWeight = 0.25
+
+var embedAnalyzer = lexical.NewEnglish()
+
+// Embed is the simulator's embedding of text in dims dimensions (a unit
+// vector; see above). Tests use it to predict the engine's vectors.
+func Embed(text string, dims int) []float32 {
+	v := make([]float32, dims)
+	embedItem(v, embItem{text: text})
+	return v
+}
+
+// embedItem fills v with the item's unit vector.
+func embedItem(v []float32, it embItem) {
+	feats := map[string]int{}
+	if it.tokens != nil {
+		for _, t := range it.tokens {
+			feats["t"+strconv.Itoa(t)]++
+		}
+	} else {
+		for _, stem := range embedAnalyzer.Terms(it.text) {
+			feats["w"+stem]++
+			b := "#" + stem + "#"
+			// Trigrams of bytes: a multi-byte letter's bytes hash like any
+			// others; only consistency matters.
+			for i := 0; i+3 <= len(b); i++ {
+				feats["g"+b[i:i+3]]++
+			}
+		}
+	}
+	if len(feats) == 0 {
+		seed := fnvString(fnvOffset64, it.text)
+		if it.tokens != nil {
+			seed = fnvInts(fnvOffset64, it.tokens)
+		}
+		embed(v, seed)
+		return
+	}
+	acc := make([]float64, len(v))
+	for f, n := range feats {
+		w := 1 + math.Log(float64(n))
+		if f[0] == 'g' {
+			w *= trigramWeight
+		}
+		h := fnvString(fnvOffset64, f)
+		if h>>63 != 0 {
+			w = -w
+		}
+		acc[(h&(1<<63-1))%uint64(len(v))] += w
+	}
+	var sum float64
+	for _, x := range acc {
+		sum += x * x
+	}
+	if sum == 0 { // every feature cancelled out
+		embed(v, fnvString(fnvOffset64, it.text))
+		return
+	}
+	inv := 1 / math.Sqrt(sum)
+	for i, x := range acc {
+		v[i] = float32(x * inv)
+	}
+}
+
+// embed fills v with the deterministic hash-derived unit vector for seed.
 func embed(v []float32, seed uint64) {
 	rng := seed
 	var sum float64
@@ -145,8 +230,8 @@ func (s *Sim) serveEmbeddings(w http.ResponseWriter, r *http.Request, e *embReq)
 	}
 	bp := getBuf()
 	b := append((*bp)[:0], `{"object":"list","data":[`...)
-	for i, seed := range e.seeds {
-		embed(vec, seed)
+	for i, it := range e.items {
+		embedItem(vec, it)
 		if i > 0 {
 			b = append(b, ',')
 		}

@@ -1125,3 +1125,57 @@ func BenchmarkHandlerChat(b *testing.B) {
 		})
 	}
 }
+
+// TestEmbedIsLexical: the simulator's embeddings are a weak lexical model: unit vectors, deterministic, texts
+// that share words or word forms closer than unrelated ones, the same vector over HTTP as from Embed.
+func TestEmbedIsLexical(t *testing.T) {
+	cos := func(a, b []float32) float64 {
+		var d float64
+		for i := range a {
+			d += float64(a[i]) * float64(b[i])
+		}
+		return d
+	}
+	const dims = 384
+	q := Embed("How do I keep a package from being upgraded?", dims)
+	related := Embed("Holding packages: an upgrade leaves a held package at its version; keep it with apt-mark hold.", dims)
+	unrelated := Embed("The bicycle's chain needs oil every few hundred kilometres of riding in the rain.", dims)
+	if c := cos(q, q); math.Abs(c-1) > 1e-5 {
+		t.Fatalf("|q|² = %v", c)
+	}
+	if cr, cu := cos(q, related), cos(q, unrelated); cr < 0.2 || cr <= cu+0.1 {
+		t.Fatalf("cosine to a related text %.3f, to an unrelated one %.3f", cr, cu)
+	}
+	// Word forms share stems and trigrams; an unrelated word does not.
+	if a, b := cos(Embed("keyrings", dims), Embed("keyring", dims)), cos(Embed("keyrings", dims), Embed("bicycle", dims)); a < 0.9 || b > 0.3 {
+		t.Fatalf("keyrings~keyring %.3f, keyrings~bicycle %.3f", a, b)
+	}
+	if !slices.Equal(Embed("a b c", 16), Embed("a b c", 16)) {
+		t.Fatal("not deterministic")
+	}
+	// Stop words only: no feature, still a unit vector, and different texts differ.
+	for _, s := range []string{"", "the and of", "..."} {
+		v := Embed(s, 8)
+		if n := cos(v, v); math.Abs(n-1) > 1e-5 {
+			t.Fatalf("%q: |v|² = %v", s, n)
+		}
+	}
+	if slices.Equal(Embed("the and of", 8), Embed("to be or not", 8)) {
+		t.Fatal("two featureless texts got the same vector")
+	}
+
+	_, base := startSim(t, Config{Models: []string{"e"}, EmbeddingDims: dims})
+	status, _, b := call(t, "POST", base+"/embeddings", `{"model":"e","input":"How do I keep a package from being upgraded?"}`, nil)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	var r struct {
+		Data []struct {
+			Embedding []float32 `json:"embedding"`
+		} `json:"data"`
+	}
+	mustJSON(t, b, &r)
+	if len(r.Data) != 1 || !slices.Equal(r.Data[0].Embedding, q) {
+		t.Fatal("the HTTP embedding differs from Embed's")
+	}
+}

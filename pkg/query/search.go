@@ -22,8 +22,8 @@ type SearchRequest struct {
 	// EmbeddingModel embeds the queries for dense search; empty: keyword only.
 	EmbeddingModel string `json:"embedding_model"`
 	// HybridSearch is ranking_options.hybrid_search: how a query with both
-	// an embedding and keywords fuses the two lists. nil: RRF, k 60, equal
-	// weights.
+	// an embedding and keywords fuses the two lists. nil: the default
+	// fusion (agreement), equal weights.
 	HybridSearch *HybridSearch `json:"hybrid_search,omitempty"`
 }
 
@@ -32,9 +32,11 @@ type SearchRequest struct {
 type HybridSearch struct {
 	EmbeddingWeight float64 `json:"embedding_weight"`
 	TextWeight      float64 `json:"text_weight"`
-	// Fusion is "rrf" (weighted Reciprocal Rank Fusion, the default) or
-	// "weighted" (weighted sum of normalised scores: cosine as is, BM25
-	// divided by the query's best).
+	// Fusion is "agreement" (the default: each list's scores as z-scores,
+	// the embedding list weighted by its agreement with the keyword list's
+	// best 10), "rrf" (weighted Reciprocal Rank Fusion) or "weighted"
+	// (weighted sum of normalised scores: cosine as is, BM25 divided by the
+	// query's best).
 	Fusion string `json:"fusion,omitempty"`
 	// RRFK is RRF's k (1-10000); 0 means 60.
 	RRFK int `json:"rrf_k,omitempty"`
@@ -42,8 +44,9 @@ type HybridSearch struct {
 
 // Fusion methods of HybridSearch.
 const (
-	FusionRRF      = "rrf"
-	FusionWeighted = "weighted"
+	FusionAgreement = "agreement"
+	FusionRRF       = "rrf"
+	FusionWeighted  = "weighted"
 )
 
 // Validate checks h's values; the error names the offending field.
@@ -59,8 +62,8 @@ func (h *HybridSearch) Validate() (field string, err error) {
 			return f.name, fmt.Errorf("%s must be a number from 0 to 1000000", f.name)
 		}
 	}
-	if h.Fusion != "" && h.Fusion != FusionRRF && h.Fusion != FusionWeighted {
-		return "fusion", fmt.Errorf("fusion must be %q or %q", FusionRRF, FusionWeighted)
+	if h.Fusion != "" && h.Fusion != FusionAgreement && h.Fusion != FusionRRF && h.Fusion != FusionWeighted {
+		return "fusion", fmt.Errorf("fusion must be %q, %q or %q", FusionAgreement, FusionRRF, FusionWeighted)
 	}
 	if h.RRFK < 0 || h.RRFK > 10000 {
 		return "rrf_k", errors.New("rrf_k must be from 1 to 10000")

@@ -17,6 +17,7 @@ func TestHybridSearchValidate(t *testing.T) {
 	}{
 		{HybridSearch{EmbeddingWeight: 0.7, TextWeight: 0.3}, ""},
 		{HybridSearch{EmbeddingWeight: 1, Fusion: FusionWeighted, RRFK: 10}, ""},
+		{HybridSearch{Fusion: FusionAgreement}, ""},
 		{HybridSearch{EmbeddingWeight: -1}, "embedding_weight"},
 		{HybridSearch{TextWeight: math.Inf(1)}, "text_weight"},
 		{HybridSearch{Fusion: "max"}, "fusion"},

@@ -37,7 +37,7 @@ import (
 
 // Search modes.
 const (
-	ModeHybrid = "hybrid" // RRF of the dense and sparse candidate lists (whichever the query carries); the default
+	ModeHybrid = "hybrid" // fusion (Query.Fusion) of the dense and sparse candidate lists (whichever the query carries); the default
 	ModeDense  = "dense"  // cosine similarity only
 	ModeSparse = "sparse" // BM25 only
 )
@@ -137,13 +137,16 @@ const (
 
 // Fusion methods.
 const (
-	FusionRRF      = "rrf"      // weighted Reciprocal Rank Fusion (the default)
-	FusionWeighted = "weighted" // weighted sum of min-max normalised scores
+	// FusionAgreement (the default): z-score normalised scores, the dense list weighted by its agreement with
+	// the sparse one (see FuseWeights).
+	FusionAgreement = "agreement"
+	FusionRRF       = "rrf"      // weighted Reciprocal Rank Fusion
+	FusionWeighted  = "weighted" // weighted sum of scores on [0, 1]: cosine as is, BM25 divided by the best
 )
 
-// Fusion configures hybrid fusion. The zero value is RRF with k = 60 and equal weights.
+// Fusion configures hybrid fusion. The zero value is FusionAgreement with equal weights.
 type Fusion struct {
-	Method string // FusionRRF (default) or FusionWeighted
+	Method string // FusionAgreement (default), FusionRRF or FusionWeighted
 	// DenseWeight and SparseWeight weigh the two lists (OpenAI's hybrid_search embedding_weight and
 	// text_weight); both 0 means 1 and 1. Negative or non-finite weights are invalid.
 	DenseWeight, SparseWeight float64
@@ -151,18 +154,18 @@ type Fusion struct {
 	RRFK int
 }
 
-// Default reports whether f is plain RRF with k = 60 and equal weights (what Qdrant fuses server-side).
-func (f Fusion) Default() bool {
+// ServerRRF reports whether f is plain RRF with k = 60 and equal weights (what Qdrant fuses server-side).
+func (f Fusion) ServerRRF() bool {
 	return f.Method == FusionRRF && f.RRFK == RRFK && f.DenseWeight == f.SparseWeight
 }
 
 // normalize applies the defaults and validates f.
 func (f Fusion) normalize() (Fusion, error) {
 	if f.Method == "" {
-		f.Method = FusionRRF
+		f.Method = FusionAgreement
 	}
-	if f.Method != FusionRRF && f.Method != FusionWeighted {
-		return f, Invalidf("unknown fusion %q (want %s or %s)", f.Method, FusionRRF, FusionWeighted)
+	if f.Method != FusionAgreement && f.Method != FusionRRF && f.Method != FusionWeighted {
+		return f, Invalidf("unknown fusion %q (want %s, %s or %s)", f.Method, FusionAgreement, FusionRRF, FusionWeighted)
 	}
 	for _, w := range []float64{f.DenseWeight, f.SparseWeight} {
 		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {

@@ -47,7 +47,7 @@ func TestFusionValidation(t *testing.T) {
 		}
 	}
 	p, err := PrepareQuery(Query{Tenant: "t", Dense: []float32{1}}, 0)
-	if err != nil || !p.Fusion.Default() || p.Scoring != ScoringBM25F {
+	if err != nil || p.Fusion.Method != FusionAgreement || p.Fusion.ServerRRF() || p.Scoring != ScoringBM25F {
 		t.Fatalf("defaults: %+v, %v", p.Fusion, err)
 	}
 	if p, err := PrepareQuery(Query{Tenant: "t", Mode: ModeSparse, Phrase: []string{"to", "be"}}, 0); err != nil || !p.UseSparse {
@@ -55,5 +55,61 @@ func TestFusionValidation(t *testing.T) {
 	}
 	if _, err := PrepareQuery(Query{Tenant: "t", Mode: ModeSparse, TermWeights: map[string]float64{"a": math.Inf(1)}}, 0); err == nil {
 		t.Fatal("an infinite term weight accepted")
+	}
+}
+
+func TestFuseAgreement(t *testing.T) {
+	mk := func(keys ...string) []Ranked[string] {
+		l := make([]Ranked[string], len(keys))
+		for i, k := range keys {
+			l[i] = Ranked[string]{k, float64(len(keys) - i)}
+		}
+		return l
+	}
+	if a := Agreement(mk("a", "b", "c", "d"), mk("c", "x", "a"), 10); math.Abs(a-2.0/3) > 1e-12 {
+		t.Fatalf("agreement = %v, want 2/3 (two common over the shorter list of 3)", a)
+	}
+	if a := Agreement(mk("a"), nil, 10); a != 0 {
+		t.Fatalf("agreement with an empty list = %v", a)
+	}
+	if a := Agreement(mk("a", "b", "c"), mk("c", "b", "a"), 2); a != 0.5 {
+		t.Fatalf("agreement at depth 2 = %v, want 1/2", a)
+	}
+	abs := []bool{true, false}
+	// A dense list that shares nothing with the sparse one counts for nothing: sparse order, dense-only 0.
+	dense := mk("d1", "d2", "d3", "d4")
+	sparse := mk("s1", "s2", "s3")
+	r := FuseWeights([][]Ranked[string]{dense, sparse}, []float64{1, 1}, abs, Fusion{Method: FusionAgreement}, 10, strings.Compare)
+	if r[0].Key != "s1" || r[0].Score <= 0 {
+		t.Fatalf("disagreeing: %v", r)
+	}
+	for _, c := range r {
+		if c.Key[0] == 'd' && c.Score != 0 {
+			t.Fatalf("disagreeing: dense-only %s scored %v", c.Key, c.Score)
+		}
+	}
+	// The zero Fusion is agreement.
+	if z := FuseWeights([][]Ranked[string]{dense, sparse}, []float64{1, 1}, abs, Fusion{}, 10, strings.Compare); z[0] != r[0] {
+		t.Fatalf("zero fusion %v, agreement %v", z, r)
+	}
+	// Full agreement: both lists count equally; the scores are the mean of the clipped, scaled z-scores.
+	dense = []Ranked[string]{{"b", 0.9}, {"a", 0.5}, {"c", 0.1}}
+	sparse = []Ranked[string]{{"a", 10}, {"b", 6}, {"c", 2}}
+	r = FuseWeights([][]Ranked[string]{dense, sparse}, []float64{1, 1}, abs, Fusion{Method: FusionAgreement}, 10, strings.Compare)
+	// Each list: mean m, population sd s = √(8/3)·unit; z of the best = √(3/2), of the middle 0; divided by √2.
+	top := math.Sqrt(1.5) / math.Sqrt2
+	want := map[string]float64{"a": top / 2, "b": top / 2, "c": 0}
+	for _, c := range r {
+		if math.Abs(c.Score-want[c.Key]) > 1e-12 {
+			t.Fatalf("agreeing: %s = %v, want %v (%v)", c.Key, c.Score, want[c.Key], r)
+		}
+	}
+	if r[2].Key != "c" {
+		t.Fatalf("agreeing: %v", r)
+	}
+	// An empty sparse list leaves the dense one alone, ungated.
+	r = FuseWeights([][]Ranked[string]{dense, nil}, []float64{1, 1}, abs, Fusion{Method: FusionAgreement}, 10, strings.Compare)
+	if r[0].Key != "b" || math.Abs(r[0].Score-top) > 1e-12 {
+		t.Fatalf("dense alone: %v", r)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiforge/aiforge/services/retriever/index"
+	"github.com/aiforge/aiforge/services/retriever/index/embedded/hnsw"
 )
 
 // benchReport is what the dense benchmark measures, all in one run against brute force on the same data.
@@ -62,6 +63,9 @@ func measureDense(tb testing.TB, n, dim, clusters, queries int, log *slog.Logger
 	r := benchReport{n: n, dim: dim, queries: queries}
 	hc := cfg.withDefaults().HNSW
 	r.m, r.efConstruct, r.efSearch = hc.M, hc.EfConstruction, hc.EfSearch
+	if r.efSearch == 0 {
+		r.efSearch = hnsw.DefaultEfSearch(n)
+	}
 	var batch []index.Chunk
 	start := time.Now()
 	for i := range n {

@@ -138,6 +138,9 @@ type doc struct {
 	// headings above it, and the terms found only there (not in c.Terms), which have postings too.
 	ownLen, ancLen int32
 	hterms         []string
+	// nav: the chunk is navigation (a table of contents, a list of figures: see isNavigation), derived from
+	// c.Text; its sparse score is multiplied by navigationDemotion.
+	nav bool
 }
 
 type posting struct {
@@ -161,6 +164,7 @@ var headingAnalyzer = lexical.NewEnglish()
 // they need no place in the WAL or the snapshot.
 func (t *tenant) addDoc(num uint32, d *doc) {
 	c := &d.c
+	d.nav = isNavigation(c.Text)
 	t.live++
 	t.totalLen += int64(c.Length)
 	var own, anc map[string]uint32
@@ -746,7 +750,7 @@ func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uin
 		if g.Live() <= e.cfg.ExactSearchMax {
 			return t.exactDense(p, k, false, tie)
 		}
-		res, _, err := g.Search(p.UnitDense, k, e.cfg.HNSW.EfSearch, nil, 0)
+		res, _, err := g.Search(p.UnitDense, k, g.EfSearch(e.cfg.HNSW.EfSearch), nil, 0)
 		return fromGraph(res), err
 	}
 	est := t.estimateAdmitted(p)
@@ -755,7 +759,7 @@ func (e *Index) denseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b uin
 	}
 	// Filtered graph search: it walks through rejected nodes until it has collected ef admitted ones. The
 	// expected walk grows as 1/selectivity; past the budget the exact scan is cheaper and exact.
-	ef := e.cfg.HNSW.EfSearch
+	ef := g.EfSearch(e.cfg.HNSW.EfSearch)
 	sel := float64(est) / float64(g.Live())
 	budget := int(4*float64(max(ef, k))/max(sel, 1e-3)) + 8*g.M0()*max(ef, k)
 	res, complete, err := g.Search(p.UnitDense, k, ef, func(label uint32) bool { return t.admits(p, label) }, budget)
@@ -869,10 +873,73 @@ func (e *Index) sparseSearch(t *tenant, p *index.PreparedQuery, tie func(a, b ui
 			}
 		}
 	}
+	if !plain {
+		t.demoteNavigation(out, tie)
+	}
 	if len(out) > p.CandidateLimit {
 		out = out[:p.CandidateLimit]
 	}
 	return out
+}
+
+const (
+	// navigationDemotion multiplies the sparse score of a navigation chunk (a table of contents): it lists every
+	// section's title, so a question matches it about as well as the section that answers it, but it answers
+	// nothing. It stays findable (a query about the contents, or one nothing else matches, still gets it).
+	navigationDemotion = 0.5
+	// navigationLeaders is how many dot leaders ("Title . . . . . 27") make a chunk navigation.
+	navigationLeaders = 5
+)
+
+// isNavigation reports whether text holds at least navigationLeaders dot leaders: runs of at least four
+// periods, separated by nothing or by single spaces (". . . ." or "....", not an ellipsis), as tables of
+// contents and lists of figures set between an entry and its page number. Prose has none.
+func isNavigation(text string) bool {
+	leaders, dots := 0, 0
+	space := false
+	for i := 0; i < len(text); i++ {
+		switch text[i] {
+		case '.':
+			dots++
+			space = false
+			continue
+		case ' ':
+			if dots > 0 && !space {
+				space = true
+				continue
+			}
+		}
+		if dots >= 4 {
+			if leaders++; leaders >= navigationLeaders {
+				return true
+			}
+		}
+		dots, space = 0, false
+	}
+	return dots >= 4 && leaders+1 >= navigationLeaders
+}
+
+// demoteNavigation multiplies the scores of navigation chunks by navigationDemotion and sorts again.
+func (t *tenant) demoteNavigation(out []index.Ranked[uint32], tie func(a, b uint32) int) {
+	changed := false
+	for i := range out {
+		if t.docs[out[i].Key].nav {
+			out[i].Score *= navigationDemotion
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
+		if a.Score != b.Score {
+			if a.Score > b.Score {
+				return -1
+			}
+			return 1
+		}
+		return tie(a.Key, b.Key)
+	})
 }
 
 // proximityBoost adds the proximity of the query's terms in each candidate's text to its score, and sorts.

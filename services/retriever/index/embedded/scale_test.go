@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,9 +86,18 @@ func TestDenseScale(t *testing.T) {
 	snap := filepath.Join(dir, "graph.snap")
 	writeGraph(t, g, snap)
 	figures := func(name string, g *hnsw.Graph) {
-		for _, ef := range []int{64, 128, 256} {
+		def := g.EfSearch(cfg.EfSearch)
+		efs := []int{64, 128, 256}
+		if !slices.Contains(efs, def) {
+			efs = append(efs, def)
+		}
+		for _, ef := range efs {
 			rec, p50, p99 := measureGraph(t, g, qs, truth, k, ef)
-			fmt.Printf("  %-22s ef %3d: recall@10 %.4f  p50 %v  p99 %v\n", name, ef, rec, p50, p99)
+			tag := ""
+			if ef == def {
+				tag = " (the default at this size)"
+			}
+			fmt.Printf("  %-22s ef %3d: recall@10 %.4f  p50 %v  p99 %v%s\n", name, ef, rec, p50, p99, tag)
 		}
 	}
 	figures("int8 + rescore", g)

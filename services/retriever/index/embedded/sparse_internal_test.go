@@ -280,3 +280,56 @@ func TestFeedbackWeights(t *testing.T) {
 		}
 	}
 }
+
+func TestIsNavigation(t *testing.T) {
+	toc := strings.Repeat("7.12 How do I put a package on hold? . . . . . . . . . . 32 ", 5)
+	for _, c := range []struct {
+		text string
+		want bool
+	}{
+		{toc, true},
+		{strings.Repeat("Figure 3: the canvas ......... 12\n", 5), true},
+		{strings.Repeat("Entry . . . . 9\n", 4), false}, // four leaders are not enough
+		{strings.TrimSpace(toc), true},                  // the last leader ends the text
+		{"Wait... what? Then... nothing. Dots . . . here, and an ellipsis... again... and again... and again...", false},
+		{"A sentence. Another one. And a third. A fourth. A fifth. A sixth.", false},
+		{"", false},
+	} {
+		if got := isNavigation(c.text); got != c.want {
+			t.Errorf("isNavigation(%.40q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+}
+
+// TestNavigationChunksDemoted: a table of contents names every section, so it matches a question better than
+// the section that answers it in other words (undemoted, the contents rank first here); the section comes
+// first, and the contents are still found.
+func TestNavigationChunksDemoted(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	toc := "7.11 What is meant by hold in the package status? . . . . . . . . 31\n" +
+		"7.12 How do I put a package on hold? . . . . . . . . . . . . . . 32\n" +
+		"7.13 How do I install a source package? . . . . . . . . . . . . 32\n" +
+		"7.14 How do I build binary packages from a source package? . . . . 33\n" +
+		"7.15 How do I create Debian packages myself? . . . . . . . . . . 33\n"
+	section := "There are three ways of holding back packages, with dpkg, apt or aptitude. With apt, run apt-mark " +
+		"hold and the name of the package."
+	if err := e.Upsert(context.Background(), []index.Chunk{
+		textChunk("a", "contents", 0, toc, "Contents"),
+		textChunk("a", "section", 0, section, "Basics"),
+		textChunk("a", "other", 0, "Keyboards and mice are configured elsewhere in this manual.", "Other"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	q := weighted("put a package on hold")
+	if ids := sparseIDs(t, e, q); len(ids) != 2 || ids[0] != "section" || ids[1] != "contents" {
+		t.Fatalf("ranking = %v, want the section, then the contents", ids)
+	}
+	// Plain BM25 (the baseline scorer) is left as it was.
+	q.Scoring = index.ScoringBM25
+	q.Terms, _ = an.TermFreqs("put a package on hold")
+	q.TermWeights = nil
+	if ids := sparseIDs(t, e, q); len(ids) != 2 {
+		t.Fatalf("plain BM25 = %v", ids)
+	}
+}

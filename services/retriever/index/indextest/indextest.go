@@ -31,6 +31,7 @@ func Run(t *testing.T, newIndex func(t *testing.T) index.Index) {
 		{"DenseSearch", testDense},
 		{"SparseBM25", testSparse},
 		{"Hybrid", testHybrid},
+		{"HybridAgreement", testHybridAgreement},
 		{"FilterInsideCandidateSearch", testFilterInsideCandidates},
 		{"Filters", testFilters},
 		{"InvalidFilters", testInvalidFilters},
@@ -386,7 +387,8 @@ func hybridCorpus(t *testing.T, ix index.Index, tenant string) (a, b, c, d, e in
 
 func testHybrid(t *testing.T, ix index.Index) {
 	a, b, c, d, e := hybridCorpus(t, ix, "acme")
-	q := index.Query{Tenant: "acme", Dense: vec(1), Terms: map[string]uint32{"kiwi": 1}}
+	rrf := index.Fusion{Method: index.FusionRRF}
+	q := index.Query{Tenant: "acme", Dense: vec(1), Terms: map[string]uint32{"kiwi": 1}, Fusion: rrf}
 	hits := mustSearch(t, ix, q)
 	wantIDs(t, "hybrid RRF", hits, c.ID, b.ID, a.ID, d.ID, e.ID)
 	near(t, "C: 2nd in both", hits[0].Score, rrfScore(2, 1, 1))
@@ -400,11 +402,11 @@ func testHybrid(t *testing.T, ix index.Index) {
 	wantIDs(t, "explicit hybrid, limit 2", mustSearch(t, ix, q), c.ID, b.ID)
 
 	// Hybrid with one modality ranks by it alone; the normalised score of the first hit is 1.
-	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Dense: vec(1)})
+	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Dense: vec(1), Fusion: rrf})
 	wantIDs(t, "hybrid, dense only", hits, a.ID, c.ID, d.ID, b.ID, e.ID)
 	near(t, "first of one list", hits[0].Score, 1)
 	near(t, "second of one list", hits[1].Score, rrfScore(1, 1))
-	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Terms: map[string]uint32{"kiwi": 1}})
+	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Terms: map[string]uint32{"kiwi": 1}, Fusion: rrf})
 	wantIDs(t, "hybrid, terms only", hits, b.ID, c.ID)
 	// Terms-only chunks take part in a hybrid query that carries both.
 	f := chunk("acme", "s1", "f", 5, "F", nil, map[string]uint32{"kiwi": 4})
@@ -412,6 +414,47 @@ func testHybrid(t *testing.T, ix index.Index) {
 	hits = mustSearch(t, ix, index.Query{Tenant: "acme", Dense: vec(0, 0, 1), Terms: map[string]uint32{"kiwi": 1}})
 	if !slices.Contains(ids(hits), f.ID) {
 		t.Fatalf("terms-only chunk in hybrid: %q", texts(hits))
+	}
+}
+
+// testHybridAgreement: the default fusion weighs the dense list by its agreement with the keyword list. 12
+// chunks close to the query vector hold no query term, 2 far from it hold "kiwi": the dense top 10 shares
+// nothing with the keyword hits, so the dense list counts for nothing: the keyword hits come first and the
+// dense-only chunks score 0 (equal-weight RRF would rank them among the keyword hits); as z-scores are clipped
+// at the list's mean, a threshold above 0 keeps only the better keyword hit. When the dense list does find the
+// keyword chunks, it counts: the dense-only chunk it ranks third scores above 0.
+func testHybridAgreement(t *testing.T, ix index.Index) {
+	var near []index.Chunk
+	for i := range 12 {
+		near = append(near, chunk("acme", "s1", "near", i, fmt.Sprintf("n%d", i), vec(1, float32(i)/20), map[string]uint32{"filler": 2}))
+	}
+	k1 := chunk("acme", "s1", "kw", 0, "k1", vec(0, 0, 1), map[string]uint32{"kiwi": 3, "filler": 1})
+	k2 := chunk("acme", "s1", "kw", 1, "k2", vec(0, 1, 1), map[string]uint32{"kiwi": 1, "filler": 1})
+	mustUpsert(t, ix, append(near, k1, k2)...)
+	q := index.Query{Tenant: "acme", Dense: vec(1), Terms: map[string]uint32{"kiwi": 1}, Limit: 20}
+	hits := mustSearch(t, ix, q)
+	if len(hits) < 2 || hits[0].Chunk.ID != k1.ID || hits[1].Chunk.ID != k2.ID {
+		t.Fatalf("disagreeing dense list: got %q, want the keyword hits k1, k2 first", texts(hits))
+	}
+	for _, h := range hits {
+		if h.Score < 0 || h.Score > 1 {
+			t.Fatalf("fused score %v of %q outside [0, 1]", h.Score, h.Chunk.Text)
+		}
+		if h.Chunk.FileID == "near" && h.Score != 0 {
+			t.Fatalf("dense-only chunk %q scored %v: the dense list should count for nothing", h.Chunk.Text, h.Score)
+		}
+	}
+	// Only above-average candidates score: k1 is the better of the two keyword hits.
+	q.ScoreThreshold = 1e-9
+	wantIDs(t, "disagreeing dense list, threshold above 0", mustSearch(t, ix, q), k1.ID)
+
+	// The query vector close to k2's: the dense list ranks k2, k1, then n11 (the near chunk with the largest
+	// second component), agreeing fully with the keyword list's two hits.
+	q = index.Query{Tenant: "acme", Dense: vec(0, 1, 0.9), Terms: map[string]uint32{"kiwi": 1}, Limit: 3}
+	hits = mustSearch(t, ix, q)
+	if len(hits) != 3 || !slices.Contains([]string{k1.ID, k2.ID}, hits[0].Chunk.ID) || !slices.Contains([]string{k1.ID, k2.ID}, hits[1].Chunk.ID) ||
+		hits[2].Chunk.ID != near[11].ID || hits[2].Score <= 0 {
+		t.Fatalf("agreeing dense list: got %q (%v), want k1 and k2, then n11 above 0", texts(hits), hits)
 	}
 }
 
@@ -774,7 +817,8 @@ func testLimitThreshold(t *testing.T, ix index.Index) {
 	}
 	// Hybrid: normalised RRF (C 0.984, B 0.976, then 0.5 and below).
 	_, b, c, _, _ := hybridCorpus(t, ix, "hy")
-	hq := index.Query{Tenant: "hy", Dense: vec(1), Terms: map[string]uint32{"kiwi": 1}, ScoreThreshold: 0.97}
+	hq := index.Query{Tenant: "hy", Dense: vec(1), Terms: map[string]uint32{"kiwi": 1}, ScoreThreshold: 0.97,
+		Fusion: index.Fusion{Method: index.FusionRRF}}
 	wantIDs(t, "hybrid threshold 0.97", mustSearch(t, ix, hq), c.ID, b.ID)
 	hq.ScoreThreshold = 0.98
 	wantIDs(t, "hybrid threshold 0.98", mustSearch(t, ix, hq), c.ID)

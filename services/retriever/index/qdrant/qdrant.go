@@ -830,7 +830,7 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 		Limit:          ptr(uint64(p.Limit)),
 		WithPayload:    qc.NewWithPayload(true),
 	}
-	if p.Fused() && !p.Fusion.Default() {
+	if p.Fused() && !p.Fusion.ServerRRF() {
 		return q.fuseClientSide(ctx, &p, filter, sparseIdx, sparseVal)
 	}
 	switch {
@@ -890,8 +890,9 @@ func (q *Index) Search(ctx context.Context, query index.Query) ([]index.Hit, err
 	return hits, nil
 }
 
-// fuseClientSide runs a hybrid query whose fusion Qdrant cannot do itself (weighted RRF, another k, weighted
-// score fusion): the dense and the sparse candidate lists are queried one by one and fused here.
+// fuseClientSide runs a hybrid query whose fusion Qdrant cannot do itself (the default agreement fusion,
+// weighted RRF, another k, weighted score fusion): the dense and the sparse candidate lists are queried one by
+// one and fused here.
 func (q *Index) fuseClientSide(ctx context.Context, p *index.PreparedQuery, filter *qc.Filter, sparseIdx []uint32, sparseVal []float32) ([]index.Hit, error) {
 	var lists [][]index.Ranked[string]
 	var weights []float64

@@ -151,7 +151,8 @@ func TestQdrantWire(t *testing.T) {
 	filter := &index.Filter{Type: "and", Filters: []index.Filter{
 		{Type: "eq", Key: "lang", Value: "en"}, {Type: "gte", Key: "year", Value: 2000}}}
 	queries := []index.Query{
-		{Tenant: "acme", StoreIDs: []string{"s1"}, Dense: c1.Dense, Terms: map[string]uint32{"hello": 1}, Filter: filter, Limit: 7},
+		{Tenant: "acme", StoreIDs: []string{"s1"}, Dense: c1.Dense, Terms: map[string]uint32{"hello": 1}, Filter: filter, Limit: 7,
+			Fusion: index.Fusion{Method: index.FusionRRF}}, // plain RRF: fused by Qdrant
 		{Tenant: "acme", Dense: c1.Dense, Mode: index.ModeDense, Filter: filter},
 		{Tenant: "acme", Terms: map[string]uint32{"hello": 2, "world": 1}, Mode: index.ModeSparse},
 	}
