@@ -120,28 +120,39 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 		prog.add(ctx, 0, true)
 	}
 
-	if _, err := cat.UpdateVersion(ctx, req.Name, v.Version, func(cv *catalog.Version) error {
-		cv.Status, cv.Files, cv.Source = catalog.StatusScanning, stored, source
+	handed, err := s.handOff(ctx, req, events.ModelUploadedV1{
+		Name: req.Name, Version: v.Version, Kind: kindOr(req.Kind), BaseModel: req.BaseModel, Source: source,
+		Prefix: v.Prefix, Files: stored, Manifest: manifest,
+	}, prog)
+	if handed {
+		log.Info("hub pull stored; scanning", "files", len(stored), "downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
+	}
+	return err
+}
+
+// handOff hands a pulled version to the scanner: the catalog version gets
+// its files and the scanning status, a ModelUploadedV1 is published, and
+// the pull is done. A version settled meanwhile (rejected, say) is left as
+// it is (handed false, no error).
+func (s *Service) handOff(ctx context.Context, req *events.ModelPullRequestedV1, up events.ModelUploadedV1, prog *progress) (handed bool, err error) {
+	if _, err := s.catalog().UpdateVersion(ctx, up.Name, up.Version, func(cv *catalog.Version) error {
+		cv.Status, cv.Files, cv.Source = catalog.StatusScanning, up.Files, up.Source
 		p := prog.snapshot()
 		cv.Progress = &p
 		return nil
 	}); err != nil {
 		if errors.Is(err, catalog.ErrConflict) {
-			return nil // settled meanwhile (rejected, say)
+			return false, nil
 		}
-		return err
+		return false, err
 	}
-	up := events.ModelUploadedV1{
-		Name: req.Name, Version: v.Version, Kind: kindOr(req.Kind), BaseModel: req.BaseModel, Source: source,
-		Prefix: v.Prefix, Files: stored, Manifest: manifest, UploadedAt: time.Now().UTC(),
-	}
+	up.UploadedAt = time.Now().UTC()
 	if _, err := events.Publish(ctx, s.deps.JS, up,
-		events.Envelope{ID: UploadedID(req.Name, v.Version), Source: "guardian"}); err != nil {
-		return fmt.Errorf("guardian: publish upload: %w", err)
+		events.Envelope{ID: UploadedID(up.Name, up.Version), Source: "guardian"}); err != nil {
+		return false, fmt.Errorf("guardian: publish upload: %w", err)
 	}
-	log.Info("hub pull stored; scanning", "files", len(stored), "downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
 	s.notePull(ctx, req, func(p *catalog.Pull) { p.Status = catalog.PullDone })
-	return nil
+	return true, nil
 }
 
 // notePull records a pull's progress for the client that requested it. It

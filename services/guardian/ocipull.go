@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
@@ -211,28 +210,14 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 		prog.add(ctx, 0, true)
 	}
 
-	if _, err := cat.UpdateVersion(ctx, req.Name, v.Version, func(cv *catalog.Version) error {
-		cv.Status, cv.Files, cv.Source = catalog.StatusScanning, stored, source
-		p := prog.snapshot()
-		cv.Progress = &p
-		return nil
-	}); err != nil {
-		if errors.Is(err, catalog.ErrConflict) {
-			return nil
-		}
-		return err
-	}
-	up := events.ModelUploadedV1{
+	handed, err := s.handOff(ctx, req, events.ModelUploadedV1{
 		Name: req.Name, Version: v.Version, Kind: kind, BaseModel: base, Source: source,
-		Prefix: v.Prefix, Files: stored, Manifest: manifest, UploadedAt: time.Now().UTC(),
+		Prefix: v.Prefix, Files: stored, Manifest: manifest,
+	}, prog)
+	if handed {
+		log.Info("oci pull stored; scanning", "files", len(stored), "layers_downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
 	}
-	if _, err := events.Publish(ctx, s.deps.JS, up,
-		events.Envelope{ID: UploadedID(req.Name, v.Version), Source: "guardian"}); err != nil {
-		return fmt.Errorf("guardian: publish upload: %w", err)
-	}
-	log.Info("oci pull stored; scanning", "files", len(stored), "layers_downloaded", downloaded, "bytes", prog.snapshot().BytesTotal)
-	s.notePull(ctx, req, func(p *catalog.Pull) { p.Status = catalog.PullDone })
-	return nil
+	return err
 }
 
 // planOCI maps the artifact's layers to files: a ModelKit by its Kitfile
