@@ -931,15 +931,7 @@ func (t *tenant) demoteNavigation(out []index.Ranked[uint32], tie func(a, b uint
 	if !changed {
 		return
 	}
-	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
-		if a.Score != b.Score {
-			if a.Score > b.Score {
-				return -1
-			}
-			return 1
-		}
-		return tie(a.Key, b.Key)
-	})
+	sortByScore(out, tie)
 }
 
 // proximityBoost adds the proximity of the query's terms in each candidate's text to its score, and sorts.
@@ -949,15 +941,7 @@ func (t *tenant) proximityBoost(out []index.Ranked[uint32], ordered []string, id
 		doc := headingAnalyzer.Terms(t.docs[out[i].Key].c.Text)
 		out[i].Score += proximityWeight * lexical.Proximity(doc, ordered, weight)
 	}
-	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
-		if a.Score != b.Score {
-			if a.Score > b.Score {
-				return -1
-			}
-			return 1
-		}
-		return tie(a.Key, b.Key)
-	})
+	sortByScore(out, tie)
 }
 
 // Pseudo-relevance feedback (RM3, Lavrenko & Croft 2001; Abdul-Jaleel et al. 2004): the best feedbackDocs
@@ -1236,14 +1220,18 @@ func (h *topK) down(i int) {
 }
 
 func (h *topK) sorted() []index.Ranked[uint32] {
-	out := h.heap
+	sortByScore(h.heap, h.tie)
+	return h.heap
+}
+
+// sortByScore sorts best first, ties broken by tie.
+func sortByScore(out []index.Ranked[uint32], tie func(a, b uint32) int) {
 	slices.SortFunc(out, func(a, b index.Ranked[uint32]) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
 			return c
 		}
-		return h.tie(a.Key, b.Key)
+		return tie(a.Key, b.Key)
 	})
-	return out
 }
 
 // Close snapshots the index (when the WAL holds anything) and releases the directory.
