@@ -339,10 +339,13 @@ func (e *env) get(id string) api.Record {
 func (e *env) waitStatus(id string, within time.Duration, statuses ...string) api.Record {
 	e.t.Helper()
 	var rec api.Record
-	e.eventually(within, func() bool {
+	ok := e.poll(within, func() bool {
 		rec = e.get(id)
 		return slices.Contains(statuses, rec.Status)
-	}, "batch "+id+" to be "+strings.Join(statuses, " or "))
+	})
+	if !ok {
+		e.t.Fatalf("timed out waiting for batch %s to be %s: it is %s (counts %+v)", id, strings.Join(statuses, " or "), rec.Status, rec.RequestCounts)
+	}
 	return rec
 }
 
@@ -412,13 +415,22 @@ func (e *env) usageEvents() uint64 {
 
 func (e *env) eventually(within time.Duration, cond func() bool, what string) {
 	e.t.Helper()
+	if !e.poll(within, cond) {
+		e.t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll reports whether cond held within the time given, checking it every
+// 10ms.
+func (e *env) poll(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 func testCtx(t *testing.T) context.Context {
