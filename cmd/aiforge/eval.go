@@ -75,6 +75,7 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents, or the root of the set's files (default: the set's)")
 	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages, or a set (default: the set's)")
 	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")
+	retrieval.Flags().StringVar(&o.Half, "half", "", "score only the queries of even or odd index in the set (two disjoint halves: tune on one, check on the other)")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")
 	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")
