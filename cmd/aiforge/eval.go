@@ -26,7 +26,8 @@ func evalCmd() *cobra.Command {
 them against the passages that answer them, per mode:
 
   sparse-bm25      plain BM25 over the chunk text (the sparse search before issue 18)
-  sparse           BM25F (text, own heading, headings above) + proximity, question words, WordNet synonyms
+  sparse           BM25F (text, own heading, headings above) + coordination, proximity, question words,
+                   WordNet synonyms, RM3 feedback, navigation demotion
   dense            cosine on the embeddings engine's vectors
   hybrid           the default fusion: z-scores, the dense list weighted by its agreement with the sparse one
   hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse
@@ -75,6 +76,7 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents, or the root of the set's files (default: the set's)")
 	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages, or a set (default: the set's)")
 	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")
+	retrieval.Flags().StringVar(&o.Half, "half", "", "score only the queries of even or odd index in the set (two disjoint halves: tune on one, check on the other)")
 	retrieval.Flags().StringVar(&o.EmbeddingURL, "embedding-url", "", "OpenAI-compatible base URL (ending in /v1) for dense and hybrid search")
 	retrieval.Flags().StringVar(&o.EmbeddingModel, "embedding-model", "", "embedding model name at that URL")
 	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")

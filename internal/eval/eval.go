@@ -111,6 +111,10 @@ type Options struct {
 	// a subset. MaxQueries keeps the first n queries. 0/empty: all.
 	Files      []string
 	MaxQueries int
+	// Half keeps the queries of even ("even": 0, 2, 4 …) or odd ("odd")
+	// index in the set's list, before Files selects: two disjoint halves to
+	// choose a change on one and check it on the other. Empty: all.
+	Half string
 	// EmbeddingURL and EmbeddingModel name an OpenAI-compatible embeddings
 	// engine (base URL ending in /v1); without them only sparse search runs.
 	EmbeddingURL   string
@@ -220,6 +224,9 @@ func LoadSet(o Options) (Set, fs.FS, error) {
 			return Set{}, nil, fmt.Errorf("eval: no documents in %s", cmp.Or(o.CorpusDir, "the bundled corpus"))
 		}
 		set.Files = files
+		if set.Queries, err = half(set.Queries, o.Half); err != nil {
+			return Set{}, nil, err
+		}
 		return set, corpus, nil
 	}
 	if err := json.Unmarshal(b, &set); err != nil {
@@ -241,6 +248,9 @@ func LoadSet(o Options) (Set, fs.FS, error) {
 		}
 		files = append(files, m...)
 	}
+	if set.Queries, err = half(set.Queries, o.Half); err != nil {
+		return Set{}, nil, err
+	}
 	if len(o.Files) > 0 {
 		files = slices.DeleteFunc(files, func(f string) bool { return !slices.Contains(o.Files, f) })
 		set.Queries = slices.DeleteFunc(set.Queries, func(q Query) bool {
@@ -254,6 +264,28 @@ func LoadSet(o Options) (Set, fs.FS, error) {
 	}
 	set.Files = files
 	return set, corpus, nil
+}
+
+// half keeps the queries of even or odd index (see Options.Half).
+func half(qs []Query, h string) ([]Query, error) {
+	var keep int
+	switch h {
+	case "":
+		return qs, nil
+	case "even":
+		keep = 0
+	case "odd":
+		keep = 1
+	default:
+		return nil, fmt.Errorf("eval: half %q (want even or odd)", h)
+	}
+	var out []Query
+	for i, q := range qs {
+		if i%2 == keep {
+			out = append(out, q)
+		}
+	}
+	return out, nil
 }
 
 // Run indexes the corpus and scores every available mode.

@@ -205,3 +205,33 @@ func TestSnippetMatching(t *testing.T) {
 		}
 	}
 }
+
+func TestHalvesAreDisjointAndCoverTheSet(t *testing.T) {
+	all, _, err := LoadSet(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	even, _, err := LoadSet(Options{Half: "even"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd, _, err := LoadSet(Options{Half: "odd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(even.Queries)+len(odd.Queries) != len(all.Queries) || len(even.Queries) != (len(all.Queries)+1)/2 {
+		t.Fatalf("halves of %d queries: %d even, %d odd", len(all.Queries), len(even.Queries), len(odd.Queries))
+	}
+	for i, q := range all.Queries {
+		h := even.Queries
+		if i%2 == 1 {
+			h = odd.Queries
+		}
+		if h[i/2].Query != q.Query {
+			t.Fatalf("query %d %q is not at %d of its half (%q)", i, q.Query, i/2, h[i/2].Query)
+		}
+	}
+	if _, _, err := LoadSet(Options{Half: "first"}); err == nil {
+		t.Fatal("an unknown half was accepted")
+	}
+}

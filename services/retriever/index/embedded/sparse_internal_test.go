@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -302,8 +303,9 @@ func TestIsNavigation(t *testing.T) {
 }
 
 // TestNavigationChunksDemoted: a table of contents names every section, so it matches a question better than
-// the section that answers it in other words (undemoted, the contents rank first here); the section comes
-// first, and the contents are still found.
+// the longer section that answers it (undemoted, the contents rank first here; both hold every word of the
+// question, so the coordination factor does not tell them apart); the section comes first, and the contents
+// are still found.
 func TestNavigationChunksDemoted(t *testing.T) {
 	e := openT(t, Config{Dir: t.TempDir()})
 	defer e.Close()
@@ -313,7 +315,8 @@ func TestNavigationChunksDemoted(t *testing.T) {
 		"7.14 How do I build binary packages from a source package? . . . . 33\n" +
 		"7.15 How do I create Debian packages myself? . . . . . . . . . . 33\n"
 	section := "There are three ways of holding back packages, with dpkg, apt or aptitude. With apt, run apt-mark " +
-		"hold and the name of the package."
+		"hold and the name of the package to put it on hold. The other two ways are described in the manual pages " +
+		"of dpkg and aptitude, with examples for each of them and notes on what happens at the next upgrade."
 	if err := e.Upsert(context.Background(), []index.Chunk{
 		textChunk("a", "contents", 0, toc, "Contents"),
 		textChunk("a", "section", 0, section, "Basics"),
@@ -331,5 +334,52 @@ func TestNavigationChunksDemoted(t *testing.T) {
 	q.TermWeights = nil
 	if ids := sparseIDs(t, e, q); len(ids) != 2 {
 		t.Fatalf("plain BM25 = %v", ids)
+	}
+}
+
+// TestCoordination: a chunk that matches both concepts of a two-word question outranks one that repeats the
+// rarer word alone, and a synonym of a user's word covers that word's concept.
+func TestCoordination(t *testing.T) {
+	e := openT(t, Config{Dir: t.TempDir()})
+	defer e.Close()
+	chunks := []index.Chunk{
+		textChunk("a", "one", 0, "The zebra, the zebra and the zebra graze in the fields near the river today."),
+		textChunk("a", "both", 0, "A zebra grazes near a lion in the fields by the river today."),
+	}
+	for i, s := range []string{"A lion sleeps.", "The lion hunts at night.", "Lion cubs play.", "An old lion roars."} {
+		chunks = append(chunks, textChunk("a", "lion", i, s))
+	}
+	if err := e.Upsert(context.Background(), chunks); err != nil {
+		t.Fatal(err)
+	}
+	if ids := sparseIDs(t, e, weighted("zebra lion")); len(ids) < 2 || ids[0] != "both" {
+		t.Fatalf("ranking = %v, want the chunk with both words first", ids)
+	}
+
+	if c := coordination(3, 3); c != 1 {
+		t.Fatalf("coordination(3, 3) = %v", c)
+	}
+	if z, a, b := coordination(0, 3), coordination(1, 3), coordination(2, 3); !(0 < z && z < a && a < b && b < 1) {
+		t.Fatalf("coordination(0, 3) = %v, (1, 3) = %v, (2, 3) = %v", z, a, b)
+	}
+	q := an.Query("picture of the house", lexical.QueryOptions{})
+	concepts, n := queryConcepts(q.Ordered, q.Weights)
+	if n != 2 {
+		t.Fatalf("%d concepts in %v, want 2", n, q.Ordered)
+	}
+	syns := 0
+	for term := range q.Weights {
+		if concepts[term] == 0 {
+			t.Errorf("term %q is in no concept", term)
+		}
+		if !slices.Contains(q.Ordered, term) {
+			syns++
+			if concepts[term] != concepts[q.Ordered[0]] && concepts[term] != concepts[q.Ordered[1]] {
+				t.Errorf("synonym %q is in concepts %b, not in one user term's", term, concepts[term])
+			}
+		}
+	}
+	if syns == 0 {
+		t.Fatalf("no synonyms in %v", q.Weights)
 	}
 }
