@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +19,10 @@ import (
 func evalCmd() *cobra.Command {
 	c := &cobra.Command{Use: "eval", Short: "Evaluations"}
 	var o eval.Options
-	var sim bool
+	var (
+		sim    bool
+		misses string
+	)
 	retrieval := &cobra.Command{
 		Use:   "retrieval",
 		Short: "Score retrieval (recall@5, recall@10, MRR, nDCG@10) for sparse, dense and hybrid search on an evaluation set",
@@ -69,6 +73,9 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 				return err
 			}
 			printRetrievalScores(cmd.OutOrStdout(), scores)
+			if misses != "" {
+				return printMisses(cmd.OutOrStdout(), scores, misses)
+			}
 			return nil
 		},
 	}
@@ -82,6 +89,7 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")
 	retrieval.Flags().IntVar(&o.OverlapTokens, "overlap-tokens", 0, "chunk overlap in tokens (default: the set's)")
 	retrieval.Flags().BoolVar(&sim, "embedding-sim", false, "embed with the engine simulator (384 dimensions, in process)")
+	retrieval.Flags().StringVar(&misses, "misses", "", "then list the questions this mode (e.g. sparse) did not answer in its top 5, with the rank it found the answer at (0: not in the top 10)")
 	c.AddCommand(retrieval, evalAdmissionCmd())
 	return c
 }
@@ -115,6 +123,25 @@ Exits with status 1 when overall recall is below 95% or the false-positive rate 
 	c.Flags().StringVar(&split, "split", "all", "cases to score: dev, test or all")
 	c.Flags().StringVar(&externalURL, "external-url", "", "URL of an external classifier to combine with the built-in one")
 	return c
+}
+
+// printMisses lists the questions mode did not answer in its top 5.
+func printMisses(w io.Writer, scores []eval.Scores, mode string) error {
+	var modes []string
+	for _, s := range scores {
+		if s.Mode != mode {
+			modes = append(modes, s.Mode)
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: questions not answered in the top 5 (rank of the first answer; 0: not in the top 10)\n", mode)
+		for i, r := range s.Ranks {
+			if r == 0 || r > 5 {
+				fmt.Fprintf(w, "%4d  %s\n", r, s.Questions[i])
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("--misses %q: no such mode in this run (%s)", mode, strings.Join(modes, ", "))
 }
 
 func printRetrievalScores(w io.Writer, scores []eval.Scores) {

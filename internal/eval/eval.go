@@ -144,6 +144,8 @@ type Scores struct {
 	Queries  int
 	// Ranks is, per query, the 1-based rank of the first relevant hit in the top 10 (0: none).
 	Ranks []int
+	// Questions are the queries' texts, in the order of Ranks.
+	Questions []string
 }
 
 // Recall is the share of relevant passages in the top k.
@@ -450,6 +452,7 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 				rank = int(math.Round(1 / rr))
 			}
 			out[i].Ranks = append(out[i].Ranks, rank)
+			out[i].Questions = append(out[i].Questions, q.Query)
 		}
 	}
 	for i := range out {
