@@ -21,6 +21,7 @@ import (
 	api "github.com/aiforge/aiforge/pkg/batch"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/kv"
+	"github.com/aiforge/aiforge/pkg/netguard"
 	"github.com/aiforge/aiforge/pkg/registry"
 )
 
@@ -34,16 +35,6 @@ const webhookSecretPrefix = "whsec_"
 // metadata address.
 var errRefusedAddress = errors.New("webhook address refused: link-local and metadata addresses are not delivered to")
 
-// refusedIP reports whether ip must never receive a webhook: link-local
-// (169.254.0.0/16, where cloud metadata services answer, and fe80::/10)
-// and the IPv6 metadata address of EC2.
-func refusedIP(ip net.IP) bool {
-	if ip4 := ip.To4(); ip4 != nil {
-		ip = ip4
-	}
-	return ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.Equal(net.ParseIP("fd00:ec2::254"))
-}
-
 // webhookClient is the HTTP client of webhook deliveries: it dials no
 // refused address (checked on the address actually dialled, after
 // resolution, so a DNS name cannot smuggle one in) and follows no
@@ -55,7 +46,7 @@ func webhookClient(timeout time.Duration) *http.Client {
 			return err
 		}
 		ip := net.ParseIP(host)
-		if ip == nil || refusedIP(ip) {
+		if ip == nil || netguard.RefusedIP(ip) {
 			return fmt.Errorf("%w: %s", errRefusedAddress, host)
 		}
 		return nil

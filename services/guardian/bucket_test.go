@@ -549,3 +549,31 @@ func eventuallyT(t *testing.T, cond func() bool, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTenantBucketMetadataEndpointNeverDialled: a tenant's endpoint that
+// names (or comes to resolve to) the cloud metadata address is refused at
+// the dial (the edge refuses it when it is set; this is the record written
+// past it, or a DNS name that changed), and the watcher says so.
+func TestTenantBucketMetadataEndpointNeverDialled(t *testing.T) {
+	e := startBuckets(t)
+	pub := e.priv.Public()
+	c, err := tenantbucket.Seal(&pub, tenantbucket.Config{Tenant: "acme", Endpoint: "http://169.254.169.254",
+		Bucket: "tenant-models", Prefix: "drops/acme/", Region: e.srv.Region, PathStyle: true},
+		tenantbucket.Credentials{AccessKeyID: e.srv.AccessKeyID, SecretAccessKey: e.srv.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.configs.Put(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(e.logs.String(), "address refused") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused dial in the logs:\n%s", e.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Contains(e.logs.String(), e.srv.SecretAccessKey) {
+		t.Fatal("the secret access key is in the logs")
+	}
+}

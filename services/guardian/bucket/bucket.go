@@ -39,6 +39,7 @@ import (
 	"github.com/aiforge/aiforge/pkg/catalog"
 	"github.com/aiforge/aiforge/pkg/events"
 	"github.com/aiforge/aiforge/pkg/kv"
+	"github.com/aiforge/aiforge/pkg/netguard"
 	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/sealed"
 	"github.com/aiforge/aiforge/pkg/tenantbucket"
@@ -109,7 +110,9 @@ type Deps struct {
 	// read (each is reported once).
 	SecretsKey *sealed.PrivateKey
 	Logger     *slog.Logger
-	// Transport, when set, carries the S3 requests (tests).
+	// Transport, when set, carries the S3 requests (tests); by default a
+	// transport that never dials a link-local or metadata address
+	// (netguard), whatever the tenant's endpoint resolves to.
 	Transport http.RoundTripper
 }
 
@@ -133,6 +136,9 @@ func New(cfg Config, d Deps) (*Watcher, error) {
 	}
 	if cfg.PollInterval < 0 || cfg.MaxListObjects < 0 || cfg.MaxFiles < 0 || cfg.MaxFileBytes < 0 || cfg.MaxVersionBytes < 0 || cfg.MaxManifestBytes < 0 || cfg.LeaseTTL < 0 {
 		return nil, errors.New("bucket: config values must not be negative")
+	}
+	if d.Transport == nil {
+		d.Transport = netguard.Transport()
 	}
 	def := func(v *int64, d int64) {
 		if *v == 0 {

@@ -28,6 +28,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
 
+	"github.com/aiforge/aiforge/pkg/netguard"
 	"github.com/aiforge/aiforge/pkg/ociref"
 )
 
@@ -149,24 +150,12 @@ func New(cfg Config) (*Client, error) {
 // Limits returns the client's bounds.
 func (c *Client) Limits() Limits { return c.limits }
 
-// metadataHosts are cloud metadata endpoints known by name.
-var metadataHosts = []string{"metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"}
-
-func refusedIP(ip net.IP) bool {
-	return ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() ||
-		ip.Equal(net.ParseIP("fd00:ec2::254"))
-}
-
 // refuseLinkLocal stops connections to link-local (169.254.0.0/16, the
-// cloud metadata service among them) and unspecified addresses, whatever
-// name resolved to them.
-func refuseLinkLocal(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	if ip := net.ParseIP(host); ip != nil && refusedIP(ip) {
-		return fmt.Errorf("%w: address %s is link-local or unspecified", ErrRedirectRefused, host)
+// cloud metadata service among them), metadata, unspecified and multicast
+// addresses, whatever name resolved to them (netguard).
+func refuseLinkLocal(network, address string, c syscall.RawConn) error {
+	if err := netguard.Control(network, address, c); err != nil {
+		return fmt.Errorf("%w: %w", ErrRedirectRefused, err)
 	}
 	return nil
 }
@@ -186,10 +175,10 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 		return fmt.Errorf("%w: https to http", ErrRedirectRefused)
 	}
 	name := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
-	if slices.Contains(metadataHosts, name) {
+	if slices.Contains(netguard.MetadataHosts, name) {
 		return fmt.Errorf("%w: metadata host %q", ErrRedirectRefused, name)
 	}
-	if ip := net.ParseIP(name); ip != nil && refusedIP(ip) {
+	if ip := net.ParseIP(name); ip != nil && netguard.RefusedIP(ip) {
 		return fmt.Errorf("%w: link-local address %s", ErrRedirectRefused, name)
 	}
 	if !strings.EqualFold(u.Host, first.Host) || u.Scheme != first.Scheme {

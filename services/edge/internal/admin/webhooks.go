@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/aiforge/aiforge/pkg/contracts"
+	"github.com/aiforge/aiforge/pkg/netguard"
 	"github.com/aiforge/aiforge/pkg/registry"
 	"github.com/aiforge/aiforge/services/edge/internal/httpapi"
 )
@@ -50,13 +51,6 @@ func (s *Service) webhookRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /admin/v1/tenants/{id}/webhook", s.admin(s.deleteWebhook))
 }
 
-// metadataHosts are names of cloud metadata services.
-var metadataHosts = []string{"metadata", "metadata.google.internal", "metadata.goog", "metadata.azure.com", "instance-data", "instance-data.ec2.internal"}
-
-// metadataAddrs are metadata service addresses outside the link-local
-// ranges.
-var metadataAddrs = []netip.Addr{netip.MustParseAddr("fd00:ec2::254"), netip.MustParseAddr("100.100.100.200")}
-
 // checkWebhookURL refuses what a webhook must not be: not http(s), with
 // credentials in it (they would be stored in clear), or pointing at a
 // link-local or cloud metadata address. Loopback and private addresses
@@ -80,7 +74,7 @@ func checkWebhookURL(raw string) error {
 	if host == "" {
 		return fmt.Errorf("the url has no host")
 	}
-	if slices.Contains(metadataHosts, host) {
+	if slices.Contains(netguard.MetadataHosts, host) {
 		return fmt.Errorf("the url points at a cloud metadata service")
 	}
 	if ip := net.ParseIP(host); ip != nil {
@@ -89,7 +83,7 @@ func checkWebhookURL(raw string) error {
 		switch {
 		case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast():
 			return fmt.Errorf("the url points at a link-local address (%s), where cloud metadata services live", a)
-		case slices.Contains(metadataAddrs, a):
+		case slices.Contains(netguard.MetadataAddrs, a):
 			return fmt.Errorf("the url points at a cloud metadata service (%s)", a)
 		case a.IsUnspecified() || a.IsMulticast():
 			return fmt.Errorf("the url's address %s cannot receive webhooks", a)
