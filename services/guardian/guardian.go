@@ -243,7 +243,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("guardian: %w", err)
 	}
 	buckets, err := bucket.New(s.cfg.Buckets, bucket.Deps{JS: s.deps.JS, Objects: s.deps.Objects, Catalog: cat,
-		Configs: configs, SecretsKey: s.deps.SecretsKey, Logger: s.log, Transport: s.deps.BucketTransport})
+		Configs: configs, Reject: s.reject, SecretsKey: s.deps.SecretsKey, Logger: s.log, Transport: s.deps.BucketTransport})
 	if err != nil {
 		return fmt.Errorf("guardian: %w", err)
 	}

@@ -42,7 +42,7 @@ func (s *Service) handlePull(ctx context.Context, req *events.ModelPullRequested
 			return ctx.Err()
 		}
 		log.Warn("hub pull refused: resolving the revision failed", "err", s.redact(err.Error()))
-		return s.rejectNew(ctx, req, source, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
+		return s.rejectNew(ctx, req, req.Kind, req.BaseModel, source, catalog.Reason{Code: CodeHubError, Message: s.redact(err.Error())})
 	}
 	source.Commit = commit
 	log = log.With("commit", commit)
@@ -198,6 +198,23 @@ func kindOr(k string) string {
 // client hashes it. A hub failure (a digest or size mismatch among them) is
 // a reason to reject; a store failure is an error to retry.
 func (s *Service) fetch(ctx context.Context, repo, commit string, f hub.File, key string, prog *progress) (objstore.Info, *catalog.Reason, error) {
+	return s.storeVerified(ctx, key, f.Path, f.Size, func(w io.Writer) (string, error) {
+		return s.hub.Download(ctx, repo, commit, f, w, func(n int64) { prog.add(ctx, n, false) })
+	}, func(err error) string {
+		if errors.Is(err, hub.ErrMismatch) {
+			return scan.CodeHashMismatch
+		}
+		return CodeHubError
+	})
+}
+
+// storeVerified streams one file into the object store at key while
+// download writes it, verifying it and returning the sha256 it hashed (a
+// hub file, an OCI layer). The download's failure rejects the version with
+// the reason code failure names; so does a store that recorded other bytes
+// than were hashed. A store failure is an error to retry. Nothing partial
+// or mismatched is left at key.
+func (s *Service) storeVerified(ctx context.Context, key, path string, size int64, download func(w io.Writer) (string, error), failure func(error) string) (objstore.Info, *catalog.Reason, error) {
 	pr, pw := io.Pipe()
 	type result struct {
 		sum string
@@ -205,7 +222,7 @@ func (s *Service) fetch(ctx context.Context, repo, commit string, f hub.File, ke
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := s.hub.Download(ctx, repo, commit, f, pw, func(n int64) { prog.add(ctx, n, false) })
+		sum, err := download(pw)
 		if err == nil {
 			_ = pw.Close()
 		} else {
@@ -213,36 +230,38 @@ func (s *Service) fetch(ctx context.Context, repo, commit string, f hub.File, ke
 		}
 		done <- result{sum, err}
 	}()
-	info, putErr := s.deps.Objects.Put(ctx, key, pr, f.Size, "")
+	info, putErr := s.deps.Objects.Put(ctx, key, pr, size, "")
 	_ = pr.CloseWithError(errors.New("guardian: the object store stopped reading"))
 	res := <-done
 	switch {
 	case res.err != nil && ctx.Err() != nil:
 		return objstore.Info{}, nil, ctx.Err()
 	case res.err != nil:
-		code := CodeHubError
-		if errors.Is(res.err, hub.ErrMismatch) {
-			code = scan.CodeHashMismatch
-		}
-		return objstore.Info{}, &catalog.Reason{Code: code, File: f.Path, Message: s.redact(res.err.Error())}, nil
-	case putErr != nil:
-		return objstore.Info{}, nil, fmt.Errorf("guardian: store %s: %w", f.Path, putErr)
-	case info.SHA256 != res.sum || info.Size != f.Size:
 		_ = s.deps.Objects.Delete(ctx, key)
-		return objstore.Info{}, &catalog.Reason{Code: scan.CodeHashMismatch, File: f.Path,
-			Message: fmt.Sprintf("the store recorded sha256 %s (%d bytes), the download hashed %s (%d bytes)", info.SHA256, info.Size, res.sum, f.Size)}, nil
+		return objstore.Info{}, &catalog.Reason{Code: failure(res.err), File: path, Message: s.redact(res.err.Error())}, nil
+	case putErr != nil:
+		return objstore.Info{}, nil, fmt.Errorf("guardian: store %s: %w", path, putErr)
+	case info.SHA256 != res.sum || info.Size != size:
+		_ = s.deps.Objects.Delete(ctx, key)
+		return objstore.Info{}, &catalog.Reason{Code: scan.CodeHashMismatch, File: path,
+			Message: fmt.Sprintf("the store recorded sha256 %s (%d bytes), the download hashed %s (%d bytes)", info.SHA256, info.Size, res.sum, size)}, nil
 	}
 	return info, nil, nil
 }
 
-// rejectNew records a version that failed before anything was downloaded,
-// so the pull's failure is visible in the catalog.
-func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV1, source catalog.Source, r catalog.Reason) error {
-	v, err := s.catalog().AddVersion(ctx, req.Name, req.Kind, req.BaseModel, catalog.Version{Status: catalog.StatusMirroring, Source: source})
+// rejectNew records a version (of kind and base) that failed with r
+// before anything was downloaded, so the pull's failure is visible in the
+// catalog; if the catalog refuses even that version (a name of another
+// kind, say), the pull fails with r all the same.
+func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV1, kind, base string, source catalog.Source, r catalog.Reason) error {
+	if kind != events.ModelKindAdapter {
+		base = ""
+	}
+	v, err := s.catalog().AddVersion(ctx, req.Name, kind, base, catalog.Version{Status: catalog.StatusMirroring, Source: source})
 	if err != nil {
 		if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
-			s.log.Warn("hub pull refused by the catalog", "model", req.Name, "err", err)
-			s.failPull(ctx, req, 0, catalog.Reason{Code: CodeCatalogRefused, Message: err.Error()})
+			s.log.Warn("pull failed, and the catalog refused a version to record it in", "model", req.Name, "code", r.Code, "err", r.Message, "catalog", err)
+			s.failPull(ctx, req, 0, r)
 			return nil
 		}
 		return err
@@ -250,10 +269,11 @@ func (s *Service) rejectNew(ctx context.Context, req *events.ModelPullRequestedV
 	return s.rejectPull(ctx, req, v.Version, nil, r)
 }
 
-// reject publishes a rejected verdict for a pulled version and records it.
-func (s *Service) reject(ctx context.Context, name string, version int, files []catalog.File, r catalog.Reason) error {
+// reject publishes a rejected verdict for a version (pulled, or imported
+// from a tenant's bucket) and records it.
+func (s *Service) reject(ctx context.Context, name string, version int, files []catalog.File, rs ...catalog.Reason) error {
 	verdict := events.ModelVerdictV2{ModelVerdictV1: events.ModelVerdictV1{
-		Name: name, Version: version, Status: events.VerdictRejected, Reasons: []catalog.Reason{r},
+		Name: name, Version: version, Status: events.VerdictRejected, Reasons: rs,
 		Files: files, License: "needs-review", ScannedAt: time.Now().UTC(),
 	}}
 	if _, err := events.Publish(ctx, s.deps.JS, verdict,

@@ -85,7 +85,7 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 	source := catalog.Source{Type: events.ModelSourceOCI, Repo: strings.TrimPrefix(req.Repo, ociref.Scheme), Revision: req.Revision}
 	kind, base := kindOr(req.Kind), req.BaseModel
 	if err != nil {
-		return s.ociRejectNew(ctx, req, kind, base, source, catalog.Reason{Code: CodeOCIUnsupported, Message: err.Error()})
+		return s.rejectNew(ctx, req, kind, base, source, catalog.Reason{Code: CodeOCIUnsupported, Message: err.Error()})
 	}
 	m, err := s.oci.Resolve(ctx, ref)
 	if err != nil {
@@ -93,7 +93,7 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 			return ctx.Err()
 		}
 		log.Warn("oci pull refused: resolving the reference failed", "err", s.redact(err.Error()))
-		return s.ociRejectNew(ctx, req, kind, base, source, catalog.Reason{Code: ociCode(err), Message: s.redact(err.Error())})
+		return s.rejectNew(ctx, req, kind, base, source, catalog.Reason{Code: ociCode(err), Message: s.redact(err.Error())})
 	}
 	source.Commit = m.Digest
 	log = log.With("digest", m.Digest)
@@ -122,7 +122,7 @@ func (s *Service) handleOCIPull(ctx context.Context, req *events.ModelPullReques
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.ociRejectNew(ctx, req, kind, base, source, catalog.Reason{Code: ociCode(err), Message: s.redact(err.Error())})
+		return s.rejectNew(ctx, req, kind, base, source, catalog.Reason{Code: ociCode(err), Message: s.redact(err.Error())})
 	}
 	if req.Kind == "" && plan.Kind != "" {
 		kind = plan.Kind
@@ -234,40 +234,11 @@ func (s *Service) planOCI(ctx context.Context, ref ociref.Ref, m oci.Manifest) (
 }
 
 // ociFetch streams one file layer into the object store while the client
-// verifies it; like fetch for the hub.
+// verifies it.
 func (s *Service) ociFetch(ctx context.Context, ref ociref.Ref, l oci.Layer, key string, prog *progress) (objstore.Info, *catalog.Reason, error) {
-	pr, pw := io.Pipe()
-	type result struct {
-		sum string
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		sum, err := s.oci.Download(ctx, ref, l.Desc, pw, func(n int64) { prog.add(ctx, n, false) })
-		if err == nil {
-			_ = pw.Close()
-		} else {
-			_ = pw.CloseWithError(err)
-		}
-		done <- result{sum, err}
-	}()
-	info, putErr := s.deps.Objects.Put(ctx, key, pr, l.Desc.Size, "")
-	_ = pr.CloseWithError(errors.New("guardian: the object store stopped reading"))
-	res := <-done
-	switch {
-	case res.err != nil && ctx.Err() != nil:
-		return objstore.Info{}, nil, ctx.Err()
-	case res.err != nil:
-		_ = s.deps.Objects.Delete(ctx, key)
-		return objstore.Info{}, &catalog.Reason{Code: ociCode(res.err), File: l.Path, Message: s.redact(res.err.Error())}, nil
-	case putErr != nil:
-		return objstore.Info{}, nil, fmt.Errorf("guardian: store %s: %w", l.Path, putErr)
-	case info.SHA256 != res.sum || info.Size != l.Desc.Size:
-		_ = s.deps.Objects.Delete(ctx, key)
-		return objstore.Info{}, &catalog.Reason{Code: scan.CodeHashMismatch, File: l.Path,
-			Message: fmt.Sprintf("the store recorded sha256 %s (%d bytes), the layer is %s (%d bytes)", info.SHA256, info.Size, l.Desc.Digest, l.Desc.Size)}, nil
-	}
-	return info, nil, nil
+	return s.storeVerified(ctx, key, l.Path, l.Desc.Size, func(w io.Writer) (string, error) {
+		return s.oci.Download(ctx, ref, l.Desc, w, func(n int64) { prog.add(ctx, n, false) })
+	}, ociCode)
 }
 
 // ociExtract downloads an archive layer to scratch, verifying it, and only
@@ -306,22 +277,4 @@ func (s *Service) ociExtract(ctx context.Context, ref ociref.Ref, l oci.Layer, p
 		return files, &catalog.Reason{Code: ociCode(err), Message: fmt.Sprintf("layer %s (%s): %v", l.Desc.Digest, l.Role, err)}, nil
 	}
 	return files, nil, nil
-}
-
-// ociRejectNew records a version that failed before anything was
-// downloaded; if the catalog refuses even that, the pull fails with r.
-func (s *Service) ociRejectNew(ctx context.Context, req *events.ModelPullRequestedV1, kind, base string, source catalog.Source, r catalog.Reason) error {
-	if kind != events.ModelKindAdapter {
-		base = ""
-	}
-	v, err := s.catalog().AddVersion(ctx, req.Name, kind, base, catalog.Version{Status: catalog.StatusMirroring, Source: source})
-	if err != nil {
-		if errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrConflict) {
-			s.log.Warn("oci pull failed", "model", req.Name, "code", r.Code, "err", r.Message)
-			s.failPull(ctx, req, 0, r)
-			return nil
-		}
-		return err
-	}
-	return s.rejectPull(ctx, req, v.Version, nil, r)
 }

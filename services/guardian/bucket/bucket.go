@@ -106,6 +106,9 @@ type Deps struct {
 	Objects objstore.Store
 	Catalog *catalog.Store
 	Configs *tenantbucket.Store
+	// Reject publishes and records a rejected verdict on a version (the
+	// guardian's, so that a version has one verdict id whoever rejects it).
+	Reject func(ctx context.Context, name string, version int, files []catalog.File, reasons ...events.ModelReason) error
 	// SecretsKey opens the sealed credentials; nil: no tenant bucket is
 	// read (each is reported once).
 	SecretsKey *sealed.PrivateKey
@@ -131,8 +134,8 @@ type Watcher struct {
 
 // New validates cfg and deps and builds the watcher.
 func New(cfg Config, d Deps) (*Watcher, error) {
-	if d.JS == nil || d.Objects == nil || d.Catalog == nil || d.Configs == nil {
-		return nil, errors.New("bucket: Deps.JS, Objects, Catalog and Configs are required")
+	if d.JS == nil || d.Objects == nil || d.Catalog == nil || d.Configs == nil || d.Reject == nil {
+		return nil, errors.New("bucket: Deps.JS, Objects, Catalog, Configs and Reject are required")
 	}
 	if cfg.PollInterval < 0 || cfg.MaxListObjects < 0 || cfg.MaxFiles < 0 || cfg.MaxFileBytes < 0 || cfg.MaxVersionBytes < 0 || cfg.MaxManifestBytes < 0 || cfg.LeaseTTL < 0 {
 		return nil, errors.New("bucket: config values must not be negative")
@@ -461,8 +464,8 @@ func (w *Watcher) folder(ctx context.Context, tc *tenantClient, name string, l *
 	if superseded != nil {
 		// An earlier manifest's import that never finished: its version
 		// would wait forever.
-		err := w.reject(ctx, superseded.Model, superseded.Version, nil, []events.ModelReason{{Code: CodeSuperseded,
-			Message: "the folder's manifest changed (ETag " + l.manifestETag + ") before this version was imported"}})
+		err := w.d.Reject(ctx, superseded.Model, superseded.Version, nil, events.ModelReason{Code: CodeSuperseded,
+			Message: "the folder's manifest changed (ETag " + l.manifestETag + ") before this version was imported"})
 		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 			log.Warn("rejecting a superseded bucket version", "model", superseded.Model, "version", superseded.Version, "err", err)
 		}

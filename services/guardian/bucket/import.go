@@ -18,12 +18,6 @@ import (
 	"github.com/aiforge/aiforge/pkg/events"
 )
 
-// VerdictID is the guardian's event id of the verdict on a version (the
-// scanner's guardian.VerdictID, repeated here to keep the packages apart).
-func VerdictID(name string, version int) string {
-	return fmt.Sprintf("verdict-%s-v%d", name, version)
-}
-
 // SourceRepo is the Repo of a bucket folder's catalog source.
 func SourceRepo(bucket, folder string) string { return "s3://" + bucket + "/" + folder }
 
@@ -97,7 +91,7 @@ func (w *Watcher) importFolder(ctx context.Context, tc *tenantClient, name strin
 	}
 	log = log.With("model", catName, "version", v.Version)
 	reject := func(stored []catalog.File, rs []events.ModelReason) (outcome, error) {
-		if err := w.reject(ctx, catName, v.Version, stored, rs); err != nil {
+		if err := w.d.Reject(ctx, catName, v.Version, stored, rs...); err != nil {
 			return outcome{}, err
 		}
 		out.status, out.reasons = FolderRejected, rs
@@ -322,19 +316,4 @@ func (w *Watcher) copyFile(ctx context.Context, tc *tenantClient, src, dst strin
 			Message: fmt.Sprintf("the file's sha256 is %s (%d bytes), the manifest says %s (%d bytes)", info.SHA256, info.Size, mf.SHA256, mf.Size)}, nil
 	}
 	return nil, nil
-}
-
-// reject publishes and records a rejected verdict on a version.
-func (w *Watcher) reject(ctx context.Context, name string, version int, files []catalog.File, rs []events.ModelReason) error {
-	verdict := events.ModelVerdictV2{ModelVerdictV1: events.ModelVerdictV1{
-		Name: name, Version: version, Status: events.VerdictRejected, Reasons: rs,
-		Files: files, License: "needs-review", ScannedAt: time.Now().UTC(),
-	}}
-	if _, err := events.Publish(ctx, w.d.JS, verdict, events.Envelope{ID: VerdictID(name, version), Source: "guardian"}); err != nil {
-		return fmt.Errorf("publish verdict: %w", err)
-	}
-	if _, err := w.d.Catalog.ApplyVerdict(ctx, verdict); err != nil {
-		return fmt.Errorf("record verdict: %w", err)
-	}
-	return nil
 }
