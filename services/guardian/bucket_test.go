@@ -41,6 +41,8 @@ type bucketEnv struct {
 	configs   *tenantbucket.Store
 	priv      *sealed.PrivateKey
 	logs      *logBuf
+	// notifyEvery is the watcher's NotifyInterval (0: its default).
+	notifyEvery time.Duration
 	svc       *Service
 	stop      func()
 }
@@ -108,7 +110,7 @@ func (e *bucketEnv) restart() {
 	if poll == 0 {
 		poll = 100 * time.Millisecond
 	}
-	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: poll, StallTimeout: e.stall}},
+	svc, err := New(Config{ScratchDir: t.TempDir(), Buckets: bucket.Config{PollInterval: poll, StallTimeout: e.stall, NotifyInterval: e.notifyEvery}},
 		Deps{JS: e.js, Objects: e.objects, SecretsKey: e.priv, BucketTransport: e.transport,
 			Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -575,5 +577,80 @@ func TestTenantBucketMetadataEndpointNeverDialled(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), e.srv.SecretAccessKey) {
 		t.Fatal("the secret access key is in the logs")
+	}
+}
+
+// listCounter counts the listings of each prefix of the tenants' bucket.
+type listCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if q := r.URL.Query(); r.Method == http.MethodGet && q.Has("list-type") {
+		c.mu.Lock()
+		c.n[q.Get("prefix")]++
+		c.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *listCounter) count(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[prefix]
+}
+
+// TestTenantBucketNotificationsListOnlyTheirTenantOncePerInterval: a
+// tenant's flood of S3 event notifications has its own bucket listed once
+// per NotifyInterval, and no other tenant's: shared listing capacity is not
+// one tenant's to take.
+func TestTenantBucketNotificationsListOnlyTheirTenantOncePerInterval(t *testing.T) {
+	lc := &listCounter{n: map[string]int{}}
+	e := startBucketsPolling(t, lc, time.Hour, func(e *bucketEnv) { e.notifyEvery = time.Hour })
+	e.configure("acme", "drops/acme/", e.srv.SecretAccessKey)
+	e.configure("globex", "drops/globex/", e.srv.SecretAccessKey)
+	e.restart() // polls every tenant once at start, then only when told
+	e.polled(1)
+	e.svc.mu.Lock()
+	w := e.svc.buckets
+	e.svc.mu.Unlock()
+	acme, globex := lc.count("drops/acme/"), lc.count("drops/globex/")
+	if acme == 0 || globex == 0 {
+		t.Fatalf("the first poll listed acme %d and globex %d times", acme, globex)
+	}
+	const flood = 50
+	for range flood {
+		if err := e.js.Conn().Publish(events.ModelBucketNotify("acme"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Notifications() < flood || w.NotifiedPolls() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("notifications %d, notified polls %d", w.Notifications(), w.NotifiedPolls())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := lc.count("drops/acme/") - acme; got != 1 {
+		t.Errorf("%d notifications listed acme's bucket %d times, want once in the interval", flood, got)
+	}
+	if got := lc.count("drops/globex/") - globex; got != 0 {
+		t.Errorf("acme's notifications listed globex's bucket %d times", got)
+	}
+	if err := e.js.Conn().Publish(events.ModelBucketNotify("globex"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for w.NotifiedPolls() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("globex's notification led to no listing (notified polls %d)", w.NotifiedPolls())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := lc.count("drops/globex/") - globex; got != 1 {
+		t.Errorf("globex's notification listed its bucket %d times", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +77,7 @@ const (
 	DefaultMaxVersionBytes  = 2 << 40
 	DefaultMaxManifestBytes = 1 << 20
 	DefaultLeaseTTL         = 15 * time.Minute
+	DefaultNotifyInterval   = 10 * time.Second
 )
 
 // Config tunes the watcher.
@@ -98,6 +100,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Replica names this guardian in its claims. Default: random.
 	Replica string
+	// NotifyInterval is the least time between two listings of one
+	// tenant's bucket that its S3 event notifications ask for: a tenant
+	// sending a flood of them has its own bucket listed once per interval,
+	// and no other tenant's. Default DefaultNotifyInterval.
+	NotifyInterval time.Duration
 }
 
 // Deps are the watcher's collaborators.
@@ -127,6 +134,15 @@ type Watcher struct {
 	folders jetstream.KeyValue
 	trigger chan struct{}
 	passes  atomic.Uint64
+
+	// S3 event notifications, per tenant: the subjects waiting for a
+	// listing, and when each tenant's bucket was last listed for one.
+	notify        chan struct{}
+	notifyMu      sync.Mutex
+	pending       map[string]bool
+	notifiedAt    map[string]time.Time
+	notifications atomic.Uint64
+	notifiedPolls atomic.Uint64
 
 	mu     sync.Mutex
 	warned map[string]string // tenant -> the last problem reported
@@ -169,6 +185,9 @@ func New(cfg Config, d Deps) (*Watcher, error) {
 	if cfg.ListTimeout <= 0 {
 		cfg.ListTimeout = 2 * time.Minute
 	}
+	if cfg.NotifyInterval <= 0 {
+		cfg.NotifyInterval = DefaultNotifyInterval
+	}
 	if cfg.Replica == "" {
 		cfg.Replica = fmt.Sprintf("guardian-%d", time.Now().UnixNano())
 	}
@@ -176,17 +195,89 @@ func New(cfg Config, d Deps) (*Watcher, error) {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Watcher{cfg: cfg, d: d, log: d.Logger.With("component", "tenant-buckets"),
-		trigger: make(chan struct{}, 1), warned: map[string]string{}}, nil
+		trigger: make(chan struct{}, 1), warned: map[string]string{},
+		notify: make(chan struct{}, 1), pending: map[string]bool{}, notifiedAt: map[string]time.Time{}}, nil
 }
 
 // Passes counts the completed polls of every tenant (tests wait on it).
 func (w *Watcher) Passes() uint64 { return w.passes.Load() }
 
-// Trigger asks for a poll now (a configuration change, an S3 event).
+// Notifications counts the S3 event notifications received, and
+// NotifiedPolls the tenant listings they led to (tests wait on them).
+func (w *Watcher) Notifications() uint64 { return w.notifications.Load() }
+func (w *Watcher) NotifiedPolls() uint64 { return w.notifiedPolls.Load() }
+
+// Trigger asks for a poll of every tenant now (a configuration change).
 func (w *Watcher) Trigger() {
 	select {
 	case w.trigger <- struct{}{}:
 	default:
+	}
+}
+
+// notified takes an S3 event notification (events.ModelBucketNotify of
+// a tenant): that tenant's bucket is listed soon.
+func (w *Watcher) notified(subject string) {
+	w.notifyMu.Lock()
+	w.pending[subject] = true
+	w.notifyMu.Unlock()
+	w.notifications.Add(1)
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pollNotified lists the buckets of the tenants whose notifications are
+// pending, each at most once per NotifyInterval; a tenant notified again
+// sooner waits for the rest of its interval.
+func (w *Watcher) pollNotified(ctx context.Context) {
+	cfgs, err := w.d.Configs.List(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("reading the tenant bucket configurations", "err", err)
+		}
+		return
+	}
+	now := time.Now()
+	var due []tenantbucket.Config
+	var wait time.Duration
+	w.notifyMu.Lock()
+	for _, c := range cfgs {
+		subj := events.ModelBucketNotify(c.Tenant)
+		if !w.pending[subj] {
+			continue
+		}
+		if left := w.cfg.NotifyInterval - now.Sub(w.notifiedAt[subj]); left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		delete(w.pending, subj)
+		w.notifiedAt[subj] = now
+		due = append(due, c)
+	}
+	for subj := range w.pending {
+		if !slices.ContainsFunc(cfgs, func(c tenantbucket.Config) bool { return events.ModelBucketNotify(c.Tenant) == subj }) {
+			delete(w.pending, subj) // a tenant with no bucket
+		}
+	}
+	w.notifyMu.Unlock()
+	if wait > 0 {
+		time.AfterFunc(wait, func() {
+			select {
+			case w.notify <- struct{}{}:
+			default:
+			}
+		})
+	}
+	for _, c := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		w.pollTenant(ctx, c)
+		w.notifiedPolls.Add(1)
 	}
 }
 
@@ -214,21 +305,26 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	// S3 event notifications reaching the edge ask for a poll now.
-	if sub, err := w.d.JS.Conn().Subscribe(events.ModelBucketNotifyAll, func(*nats.Msg) { w.Trigger() }); err != nil {
+	// S3 event notifications reaching the edge ask for a listing of their
+	// tenant's bucket now.
+	if sub, err := w.d.JS.Conn().Subscribe(events.ModelBucketNotifyAll, func(m *nats.Msg) { w.notified(m.Subject) }); err != nil {
 		w.log.Warn("S3 event notifications will not speed up polls", "err", err)
 	} else {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	t := time.NewTicker(w.cfg.PollInterval)
 	defer t.Stop()
+	w.pollAll(ctx)
 	for {
-		w.pollAll(ctx)
 		select {
 		case <-ctx.Done():
 			return <-watchDone
 		case <-t.C:
+			w.pollAll(ctx)
 		case <-w.trigger:
+			w.pollAll(ctx)
+		case <-w.notify:
+			w.pollNotified(ctx)
 		}
 	}
 }
