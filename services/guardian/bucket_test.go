@@ -43,8 +43,8 @@ type bucketEnv struct {
 	logs      *logBuf
 	// notifyEvery is the watcher's NotifyInterval (0: its default).
 	notifyEvery time.Duration
-	svc       *Service
-	stop      func()
+	svc         *Service
+	stop        func()
 }
 
 func startBuckets(t *testing.T) *bucketEnv {
