@@ -13,6 +13,7 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/aiforge/aiforge/pkg/objstore"
 	"github.com/aiforge/aiforge/pkg/ociref"
 )
 
@@ -173,24 +174,16 @@ func PlanModelKit(m Manifest, kitfile []byte) (Plan, error) {
 // version, or is used twice.
 var ErrUnsafePath = errors.New("oci: unsafe file path")
 
-// ValidatePath accepts a relative slash-separated path without ".", ".."
-// or empty segments, backslashes, drive letters or control characters.
+// ValidatePath accepts what can be a file of a version: a valid object
+// store key (objstore.ValidateKey: relative, slash-separated, no empty, "."
+// or ".." segments, no control characters, valid UTF-8, at most 1024
+// bytes) without backslashes or a drive letter.
 func ValidatePath(p string) error {
-	if p == "" || len(p) > 1024 {
-		return fmt.Errorf("%w: empty or longer than 1024 bytes", ErrUnsafePath)
-	}
-	if strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || (len(p) >= 2 && p[1] == ':') {
+	if strings.Contains(p, "\\") || len(p) >= 2 && p[1] == ':' {
 		return fmt.Errorf("%w: %q is not a relative slash-separated path", ErrUnsafePath, p)
 	}
-	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: %q contains control characters", ErrUnsafePath, p)
-		}
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%w: %q", ErrUnsafePath, p)
-		}
+	if err := objstore.ValidateKey(p); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnsafePath, err)
 	}
 	return nil
 }
