@@ -206,11 +206,20 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	return &Service{cfg: cfg, deps: deps, log: log, hub: hc, oci: oc, metrics: cm}, nil
 }
 
+// startErr is what Run returns when its start failed: nothing when ctx
+// ended meanwhile (a stop during the start is not a failure).
+func (s *Service) startErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("guardian: %w", err)
+}
+
 // Run consumes uploads (scanner) and pull requests (mirror) until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	cat, err := catalog.Open(ctx, s.deps.JS)
 	if err != nil {
-		return fmt.Errorf("guardian: %w", err)
+		return s.startErr(ctx, err)
 	}
 	s.mu.Lock()
 	s.cat = cat
@@ -225,7 +234,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return s.handleUploaded(ctx, ev.(*events.ModelUploadedV1))
 	})
 	if err != nil {
-		return fmt.Errorf("guardian: %w", err)
+		return s.startErr(ctx, err)
 	}
 	mirrorReg := events.NewRegistry(func() events.Event { return &events.ModelPullRequestedV1{} })
 	mirror, err := events.NewConsumer(s.deps.JS, mirrorReg, events.ConsumerConfig{
@@ -236,16 +245,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return s.handlePull(ctx, ev.(*events.ModelPullRequestedV1))
 	})
 	if err != nil {
-		return fmt.Errorf("guardian: %w", err)
+		return s.startErr(ctx, err)
 	}
 	configs, err := tenantbucket.OpenStore(ctx, s.deps.JS)
 	if err != nil {
-		return fmt.Errorf("guardian: %w", err)
+		return s.startErr(ctx, err)
 	}
 	buckets, err := bucket.New(s.cfg.Buckets, bucket.Deps{JS: s.deps.JS, Objects: s.deps.Objects, Catalog: cat,
 		Configs: configs, Reject: s.reject, SecretsKey: s.deps.SecretsKey, Logger: s.log, Transport: s.deps.BucketTransport})
 	if err != nil {
-		return fmt.Errorf("guardian: %w", err)
+		return s.startErr(ctx, err)
 	}
 	s.mu.Lock()
 	s.buckets = buckets
