@@ -167,10 +167,7 @@ func (c *Cache) Run(ctx context.Context) error {
 				c.forget(ch.Key)
 				return
 			}
-			c.mu.Lock()
-			c.present[ch.Key] = ch.Value.ExpiresAt
-			c.mu.Unlock()
-			c.index(ch.Key, ch.Value)
+			c.keep(ch.Key, ch.Value)
 		})
 		if ctx.Err() != nil {
 			return nil
@@ -182,6 +179,17 @@ func (c *Cache) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// keep records key as present until its expiry and indexes it. Store calls
+// it as well as the watch: an answer indexed for similarity before the
+// watch delivers it would otherwise be found only as a similar hit of its
+// own prompt, since absent still reports the key missing.
+func (c *Cache) keep(key string, e Entry) {
+	c.mu.Lock()
+	c.present[key] = e.ExpiresAt
+	c.mu.Unlock()
+	c.index(key, e)
 }
 
 func (c *Cache) index(key string, e Entry) {
@@ -467,7 +475,7 @@ func (p *Probe) Store(ctx context.Context, comp routing.Completion, estimatedPro
 		p.c.d.Logger.Warn("semantic cache: storing an answer failed", "model", p.q.Model, "err", err)
 		return
 	}
-	p.c.index(p.key, e)
+	p.c.keep(p.key, e)
 }
 
 // Purge removes the cached answers of model, of one tenant or (tenant "")

@@ -216,6 +216,20 @@ func TestPartitionByTenantAndModel(t *testing.T) {
 	}
 }
 
+// An answer just stored is an exact hit of its own prompt even before the
+// watch delivers it: the watch has synced the bucket's earlier state, so
+// without Store noting the key the lookup took it for absent and served
+// the answer as a similar hit of itself.
+func TestStoredAnswerIsExactBeforeTheWatchDeliversIt(t *testing.T) {
+	f := newFixture(t)
+	f.c.synced.Store(true) // the watch's initial state is in; the new key is not yet
+	const q = "What is the capital city of France?"
+	f.store(t, "acme", "chat", q, "Paris")
+	if p := f.lookup(t, "acme", "chat", q); p.Kind != events.CacheExact || hitContent(t, p) != "Paris" {
+		t.Fatalf("the stored prompt: a %q hit", p.Kind)
+	}
+}
+
 // Entries expire at their TTL (exact and similar lookups alike), and
 // Purge removes one tenant's, or every tenant's, answers of one model
 // only.
