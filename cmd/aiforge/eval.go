@@ -41,9 +41,10 @@ Sparse modes always run; dense and hybrid run with an embeddings engine (--embed
 --embedding-model, or --embedding-sim for the engine simulator's vectors: a weak lexical model, feature
 hashing of word stems and their character trigrams).
 
-Sets: "bundled" (default; a small CC0 corpus compiled into the binary) and "debian": 115 questions over
-four manuals from Debian packages, read from the installed packages (--corpus overrides the root,
-/usr/share). Install them with:
+Sets: "bundled" (default; a small CC0 corpus compiled into the binary), "debian": 115 questions over
+four manuals from Debian packages, and "debian-heldout": 35 more over the Debian FAQ PDF, never tuned on
+(a check of what was tuned on "debian"). Both read the documents from the installed packages
+(--corpus overrides the root, /usr/share). Install them with:
 
   apt-get install -y debian-faq python-reportlab-doc developers-reference live-manual-html`,
 		Example: `  aiforge eval retrieval
@@ -79,7 +80,7 @@ four manuals from Debian packages, read from the installed packages (--corpus ov
 			return nil
 		},
 	}
-	retrieval.Flags().StringVar(&o.Set, "set", "", "evaluation set: bundled (default) or debian")
+	retrieval.Flags().StringVar(&o.Set, "set", "", "evaluation set: bundled (default), debian or debian-heldout")
 	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents, or the root of the set's files (default: the set's)")
 	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages, or a set (default: the set's)")
 	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")

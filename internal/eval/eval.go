@@ -94,7 +94,7 @@ type Set struct {
 // (dataset/debian/queries.json): compiled into the binary, so `aiforge eval
 // retrieval` runs from any directory.
 //
-//go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json
+//go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json dataset/debian/heldout.json
 var Dataset embedfs.FS
 
 // Options configure a run.
@@ -203,8 +203,11 @@ func LoadSet(o Options) (Set, fs.FS, error) {
 	case o.Set == "debian":
 		name = "the Debian set"
 		b, err = Dataset.ReadFile("dataset/debian/queries.json")
+	case o.Set == "debian-heldout":
+		name = "the Debian held-out set"
+		b, err = Dataset.ReadFile("dataset/debian/heldout.json")
 	default:
-		return Set{}, nil, fmt.Errorf("eval: unknown set %q (want bundled or debian)", o.Set)
+		return Set{}, nil, fmt.Errorf("eval: unknown set %q (want bundled, debian or debian-heldout)", o.Set)
 	}
 	if err != nil {
 		return Set{}, nil, err

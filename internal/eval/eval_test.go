@@ -123,66 +123,81 @@ func TestDebianSetHybridWithSimulatorEmbeddings(t *testing.T) {
 const debianFAQ = "doc/debian/FAQ/debian-faq.en.pdf.gz"
 
 // TestDebianSubsetSparseImproves runs the Debian set on one of its
-// documents, the 73-page Debian FAQ PDF, with its questions: the retriever's
-// sparse search (BM25F, proximity, question words, synonyms) must rank the
-// answers better than plain BM25 did. Skipped loudly where the package is not
-// installed (apt-get install -y debian-faq), failed under CI=true.
+// documents, the 73-page Debian FAQ PDF, with its questions, and the
+// held-out set (more questions on the same PDF, never tuned on): on each the
+// retriever's sparse search (BM25F, proximity, question words, synonyms)
+// must rank the answers better than plain BM25 did. Skipped loudly where the
+// package is not installed (apt-get install -y debian-faq), failed under
+// CI=true.
 func TestDebianSubsetSparseImproves(t *testing.T) {
-	set, _, err := LoadSet(Options{Set: "debian"})
-	if err == nil {
-		_, err = os.Stat(filepath.Join(set.Root, debianFAQ))
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the Debian documents are not installed (%v), and CI installs them: %s", err, set.Install)
-		}
-		t.Skipf("SKIPPING: the Debian documents are not installed (%v): %s", err, set.Install)
-	}
-	scores, err := Run(context.Background(), Options{Set: "debian", Files: []string{debianFAQ}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, after := scores[0], scores[1]
-	t.Logf("%d questions; before: recall@5 %.3f recall@10 %.3f MRR %.3f; after: recall@5 %.3f recall@10 %.3f MRR %.3f",
-		after.Queries, before.Recall5, before.Recall10, before.MRR, after.Recall5, after.Recall10, after.MRR)
-	if after.Queries < 30 {
-		t.Fatalf("%d questions on the FAQ, want at least 30", after.Queries)
-	}
-	if after.Recall5 <= before.Recall5 || after.MRR <= before.MRR {
-		t.Fatalf("sparse after (recall@5 %.3f, MRR %.3f) does not beat plain BM25 (recall@5 %.3f, MRR %.3f)",
-			after.Recall5, after.MRR, before.Recall5, before.MRR)
+	for _, tc := range []struct {
+		set   string
+		files []string
+	}{{"debian", []string{debianFAQ}}, {"debian-heldout", nil}} {
+		t.Run(tc.set, func(t *testing.T) {
+			set, _, err := LoadSet(Options{Set: tc.set})
+			if err == nil {
+				_, err = os.Stat(filepath.Join(set.Root, debianFAQ))
+			}
+			if err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("the Debian documents are not installed (%v), and CI installs them: %s", err, set.Install)
+				}
+				t.Skipf("SKIPPING: the Debian documents are not installed (%v): %s", err, set.Install)
+			}
+			scores, err := Run(context.Background(), Options{Set: tc.set, Files: tc.files})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, after := scores[0], scores[1]
+			t.Logf("%d questions; before: recall@5 %.3f recall@10 %.3f MRR %.3f; after: recall@5 %.3f recall@10 %.3f MRR %.3f",
+				after.Queries, before.Recall5, before.Recall10, before.MRR, after.Recall5, after.Recall10, after.MRR)
+			if after.Queries < 30 {
+				t.Fatalf("%d questions on the FAQ, want at least 30", after.Queries)
+			}
+			if after.Recall5 <= before.Recall5 || after.MRR <= before.MRR {
+				t.Fatalf("sparse after (recall@5 %.3f, MRR %.3f) does not beat plain BM25 (recall@5 %.3f, MRR %.3f)",
+					after.Recall5, after.MRR, before.Recall5, before.MRR)
+			}
+		})
 	}
 }
 
 // TestDebianSetIsWellFormed checks the committed questions without the
-// documents: at least 100, each with a passage in a file of the set.
+// documents: at least 100 in the debian set and 30 in the held-out one, each
+// with a passage in a file of its set, and no question in both.
 func TestDebianSetIsWellFormed(t *testing.T) {
-	b, err := Dataset.ReadFile("dataset/debian/queries.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var set Set
-	if err := json.Unmarshal(b, &set); err != nil {
-		t.Fatal(err)
-	}
-	if len(set.Queries) < 100 {
-		t.Fatalf("%d questions, want at least 100", len(set.Queries))
-	}
 	seen := map[string]bool{}
-	for _, q := range set.Queries {
-		if seen[q.Query] || len(q.Passages) == 0 || len(q.Relevant) != 0 {
-			t.Fatalf("question %q: duplicate or without passages", q.Query)
+	for _, f := range []struct {
+		file string
+		min  int
+	}{{"dataset/debian/queries.json", 100}, {"dataset/debian/heldout.json", 30}} {
+		b, err := Dataset.ReadFile(f.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[q.Query] = true
-		for _, p := range q.Passages {
-			ok := false
-			for _, pat := range set.Files {
-				if m, _ := filepath.Match(pat, p.File); m {
-					ok = true
-				}
+		var set Set
+		if err := json.Unmarshal(b, &set); err != nil {
+			t.Fatal(err)
+		}
+		if len(set.Queries) < f.min {
+			t.Fatalf("%s: %d questions, want at least %d", f.file, len(set.Queries), f.min)
+		}
+		for _, q := range set.Queries {
+			if seen[q.Query] || len(q.Passages) == 0 || len(q.Relevant) != 0 {
+				t.Fatalf("%s: question %q: duplicate or without passages", f.file, q.Query)
 			}
-			if !ok || len(strings.Fields(normWords(p.Passage))) < 2 {
-				t.Fatalf("question %q: passage %+v is not in the set's files or too short", q.Query, p)
+			seen[q.Query] = true
+			for _, p := range q.Passages {
+				ok := false
+				for _, pat := range set.Files {
+					if m, _ := filepath.Match(pat, p.File); m {
+						ok = true
+					}
+				}
+				if !ok || len(strings.Fields(normWords(p.Passage))) < 2 {
+					t.Fatalf("%s: question %q: passage %+v is not in the set's files or too short", f.file, q.Query, p)
+				}
 			}
 		}
 	}
