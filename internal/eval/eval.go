@@ -91,7 +91,8 @@ type Set struct {
 
 // Dataset is the bundled evaluation set (dataset/corpus and
 // dataset/queries.json, CC0) and the questions of the Debian document set
-// (dataset/debian/queries.json): compiled into the binary, so `aiforge eval
+// (dataset/debian/queries.json) and of its held-out check
+// (dataset/debian/heldout.json): compiled into the binary, so `aiforge eval
 // retrieval` runs from any directory.
 //
 //go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json dataset/debian/heldout.json
