@@ -195,18 +195,29 @@ done
 
 
 class Bash:
-    """The resident shell, restarted when the code ends it."""
+    """The resident shell, restarted when the code ends it.
+
+    Each shell leads a session of its own, so what it starts can be told
+    apart from the agent's own children (the ones Python code starts,
+    which that code waits for): see reap_orphans."""
 
     def __init__(self):
         self.pid = 0
+        self.lock = threading.Lock()
+        self.sessions = set()
         self.start()
 
     def start(self):
+        with self.lock:
+            self._start()
+
+    def _start(self):
         code_r, code_w = os.pipe()
         rc_r, rc_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
+                os.setsid()
                 os.dup2(devnull, 0)
                 os.dup2(bash_out_w, 1)
                 os.dup2(bash_err_w, 2)
@@ -220,6 +231,7 @@ class Bash:
         os.close(code_r)
         os.close(rc_w)
         self.pid = pid
+        self.sessions.add(pid)
         self.code_w = code_w
         self.rc = os.fdopen(rc_r, "rb")
 
@@ -290,6 +302,60 @@ def cpu_seconds(pid):
 
 
 bash = Bash()
+
+
+def reap_orphans():
+    """Reaps the zombies of processes the shells started whose parents are
+    gone. The agent is the sandbox's init: orphans become its children, and
+    left unreaped each would hold a process slot (RLIMIT_NPROC) for ever, so
+    after a process flood is killed nothing could start again. Only zombies
+    in a shell's session are reaped: the agent's own children are waited for
+    by whoever started them (the resident shell by Bash, a subprocess by the
+    Python code that made it)."""
+    me = os.getpid()
+    with bash.lock:
+        seen = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open("/proc/" + name + "/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                state, ppid, sid = fields[0], int(fields[1]), int(fields[3])
+            except (OSError, IndexError, ValueError):
+                continue
+            seen.add(sid)
+            pid = int(name)
+            if state == "Z" and ppid == me and sid in bash.sessions and pid != bash.pid:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        # a session with no process left is over
+        bash.sessions &= seen | {bash.pid}
+
+
+def reaper(wake):
+    while True:
+        try:
+            os.read(wake, 512)
+        except InterruptedError:
+            continue
+        try:
+            reap_orphans()
+        except Exception:
+            pass
+
+
+def start_reaper():
+    # SIGCHLD wakes the reaper thread through the wakeup fd, which the
+    # interpreter writes from its C-level handler at once, whatever the main
+    # thread (running the code) is doing.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    threading.Thread(target=reaper, args=(wake_r,), daemon=True).start()
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
 
@@ -336,6 +402,8 @@ def run_python(code, cpu):
 
 def do_exec(req):
     exec_id = req["id"]
+    # in case a SIGCHLD went missing (code can replace the handler)
+    reap_orphans()
     nonce = os.urandom(12).hex().encode()
     max_bytes = int(req.get("max", 1 << 20))
     cpu = max(1, int(req.get("cpu", 30)))
@@ -605,6 +673,7 @@ def main():
     if os.path.exists(PROXY_SOCK):
         threading.Thread(target=serve_egress, daemon=True).start()
     threading.Thread(target=reader, daemon=True).start()
+    start_reaper()
     send({"op": "ready"})
     while True:
         req = execs.get()

@@ -20,7 +20,9 @@
 //     MemoryError first; RLIMIT_NPROC (Config.Pids, set by the agent inside
 //     gVisor) makes a fork bomb fail with EAGAIN while the sandbox keeps
 //     answering (the host pids limit is only a loose backstop: reaching it
-//     crashes the sandbox, never the host); RLIMIT_CPU per exec (9/10 of the
+//     crashes the sandbox, never the host), and the agent, the sandbox's
+//     init, reaps the orphans the shell's processes leave, so once a flood
+//     is killed its slots are free again; RLIMIT_CPU per exec (9/10 of the
 //     exec's timeout) ends a busy loop with CodeCPULimit and keeps the
 //     sandbox's state; the wall-clock timeout is enforced by the host, which
 //     kills the whole sandbox (CodeExecTimeout).
