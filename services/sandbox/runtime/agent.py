@@ -294,9 +294,14 @@ class Bash:
         return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1), ""
 
 
-def cpu_seconds(pid):
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (state first)."""
     with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid):
+    fields = proc_stat(pid)
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) // ticks + 1
 
@@ -318,14 +323,13 @@ def reap_orphans():
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
+            pid = int(name)
             try:
-                with open("/proc/" + name + "/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                fields = proc_stat(pid)
                 state, ppid, sid = fields[0], int(fields[1]), int(fields[3])
             except (OSError, IndexError, ValueError):
                 continue
             seen.add(sid)
-            pid = int(name)
             if state == "Z" and ppid == me and sid in bash.sessions and pid != bash.pid:
                 try:
                     os.waitpid(pid, os.WNOHANG)
@@ -337,10 +341,7 @@ def reap_orphans():
 
 def reaper(wake):
     while True:
-        try:
-            os.read(wake, 512)
-        except InterruptedError:
-            continue
+        os.read(wake, 512)
         try:
             reap_orphans()
         except Exception:
@@ -356,6 +357,8 @@ def start_reaper():
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     threading.Thread(target=reaper, args=(wake_r,), daemon=True).start()
+
+
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
 
