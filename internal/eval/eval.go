@@ -467,6 +467,11 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	return out, nil
 }
 
+// Answers reports whether chunk c answers one of the query's passages, as
+// Run scores a hit (see isRelevant): callers that retrieve through the API
+// score its results the same way.
+func (q *Query) Answers(c index.Chunk) bool { return isRelevant(c, q) }
+
 // isRelevant: the chunk answers one of the query's passages. A bundled-set
 // passage: the chunk is from its file and belongs to its section (by heading
 // path, or it carries the section's heading, as the first chunk of a file
