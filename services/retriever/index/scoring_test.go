@@ -50,6 +50,22 @@ func TestFusionValidation(t *testing.T) {
 	if err != nil || p.Fusion.Method != FusionAgreement || p.Fusion.ServerRRF() || p.Scoring != ScoringBM25F {
 		t.Fatalf("defaults: %+v, %v", p.Fusion, err)
 	}
+	// Default weights: the agreement fusion's dense list at AgreementDenseWeight; the others equal; weights a
+	// query gives stay as given.
+	for _, tc := range []struct {
+		f             Fusion
+		dense, sparse float64
+	}{
+		{Fusion{}, AgreementDenseWeight, 1},
+		{Fusion{Method: FusionAgreement, DenseWeight: 1, SparseWeight: 1}, 1, 1},
+		{Fusion{Method: FusionRRF}, 1, 1},
+		{Fusion{Method: FusionWeighted}, 1, 1},
+	} {
+		p, err := PrepareQuery(Query{Tenant: "t", Dense: []float32{1}, Fusion: tc.f}, 0)
+		if err != nil || p.Fusion.DenseWeight != tc.dense || p.Fusion.SparseWeight != tc.sparse {
+			t.Errorf("fusion %+v: weights %v / %v (%v), want %v / %v", tc.f, p.Fusion.DenseWeight, p.Fusion.SparseWeight, err, tc.dense, tc.sparse)
+		}
+	}
 	if p, err := PrepareQuery(Query{Tenant: "t", Mode: ModeSparse, Phrase: []string{"to", "be"}}, 0); err != nil || !p.UseSparse {
 		t.Fatalf("a phrase-only sparse query: %v", err)
 	}
