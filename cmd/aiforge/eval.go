@@ -42,8 +42,9 @@ Sparse modes always run; dense and hybrid run with an embeddings engine (--embed
 hashing of word stems and their character trigrams).
 
 Sets: "bundled" (default; a small CC0 corpus compiled into the binary), "debian": 115 questions over
-four manuals from Debian packages, and "debian-heldout": 35 more over the Debian FAQ PDF, never tuned on
-(a check of what was tuned on "debian"). Both read the documents from the installed packages
+four manuals from Debian packages, "debian-heldout": 35 more over the Debian FAQ PDF, never tuned on
+(a check of what was tuned on "debian"), and "debian-heldout2": 34 more on FAQ sections neither asks
+about, a second check. They read the documents from the installed packages
 (--corpus overrides the root, /usr/share). Install them with:
 
   apt-get install -y debian-faq python-reportlab-doc developers-reference live-manual-html`,
@@ -80,7 +81,7 @@ four manuals from Debian packages, and "debian-heldout": 35 more over the Debian
 			return nil
 		},
 	}
-	retrieval.Flags().StringVar(&o.Set, "set", "", "evaluation set: bundled (default), debian or debian-heldout")
+	retrieval.Flags().StringVar(&o.Set, "set", "", "evaluation set: bundled (default), debian, debian-heldout or debian-heldout2")
 	retrieval.Flags().StringVar(&o.CorpusDir, "corpus", "", "directory of documents, or the root of the set's files (default: the set's)")
 	retrieval.Flags().StringVar(&o.QueriesFile, "queries", "", "JSON queries with their relevant passages, or a set (default: the set's)")
 	retrieval.Flags().StringSliceVar(&o.Files, "files", nil, "score only these files of the set (and their questions)")

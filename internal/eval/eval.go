@@ -91,11 +91,11 @@ type Set struct {
 
 // Dataset is the bundled evaluation set (dataset/corpus and
 // dataset/queries.json, CC0) and the questions of the Debian document set
-// (dataset/debian/queries.json) and of its held-out check
-// (dataset/debian/heldout.json): compiled into the binary, so `aiforge eval
-// retrieval` runs from any directory.
+// (dataset/debian/queries.json) and of its two held-out checks
+// (dataset/debian/heldout.json, dataset/debian/heldout2.json): compiled into
+// the binary, so `aiforge eval retrieval` runs from any directory.
 //
-//go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json dataset/debian/heldout.json
+//go:embed dataset/corpus dataset/queries.json dataset/debian/queries.json dataset/debian/heldout.json dataset/debian/heldout2.json
 var Dataset embedfs.FS
 
 // Options configure a run.
@@ -207,8 +207,11 @@ func LoadSet(o Options) (Set, fs.FS, error) {
 	case o.Set == "debian-heldout":
 		name = "the Debian held-out set"
 		b, err = Dataset.ReadFile("dataset/debian/heldout.json")
+	case o.Set == "debian-heldout2":
+		name = "the Debian second held-out set"
+		b, err = Dataset.ReadFile("dataset/debian/heldout2.json")
 	default:
-		return Set{}, nil, fmt.Errorf("eval: unknown set %q (want bundled, debian or debian-heldout)", o.Set)
+		return Set{}, nil, fmt.Errorf("eval: unknown set %q (want bundled, debian, debian-heldout or debian-heldout2)", o.Set)
 	}
 	if err != nil {
 		return Set{}, nil, err

@@ -140,7 +140,7 @@ const debianFAQ = "doc/debian/FAQ/debian-faq.en.pdf.gz"
 
 // TestDebianSubsetSparseImproves runs the Debian set on one of its
 // documents, the 73-page Debian FAQ PDF, with its questions, and the
-// held-out set (more questions on the same PDF, never tuned on): on each the
+// two held-out sets (more questions on the same PDF, never tuned on): on each the
 // retriever's sparse search (BM25F, proximity, question words, synonyms)
 // must rank the answers better than plain BM25 did. Skipped loudly where the
 // package is not installed (apt-get install -y debian-faq), failed under
@@ -149,7 +149,7 @@ func TestDebianSubsetSparseImproves(t *testing.T) {
 	for _, tc := range []struct {
 		set   string
 		files []string
-	}{{"debian", []string{debianFAQ}}, {"debian-heldout", nil}} {
+	}{{"debian", []string{debianFAQ}}, {"debian-heldout", nil}, {"debian-heldout2", nil}} {
 		t.Run(tc.set, func(t *testing.T) {
 			set, _, err := LoadSet(Options{Set: tc.set})
 			if err == nil {
@@ -180,14 +180,14 @@ func TestDebianSubsetSparseImproves(t *testing.T) {
 }
 
 // TestDebianSetIsWellFormed checks the committed questions without the
-// documents: at least 100 in the debian set and 30 in the held-out one, each
-// with a passage in a file of its set, and no question in both.
+// documents: at least 100 in the debian set and 30 in each held-out one, each
+// with a passage in a file of its set, and no question in two sets.
 func TestDebianSetIsWellFormed(t *testing.T) {
 	seen := map[string]bool{}
 	for _, f := range []struct {
 		file string
 		min  int
-	}{{"dataset/debian/queries.json", 100}, {"dataset/debian/heldout.json", 30}} {
+	}{{"dataset/debian/queries.json", 100}, {"dataset/debian/heldout.json", 30}, {"dataset/debian/heldout2.json", 30}} {
 		b, err := Dataset.ReadFile(f.file)
 		if err != nil {
 			t.Fatal(err)
