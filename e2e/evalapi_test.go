@@ -66,22 +66,7 @@ func TestEvalMeasuresWhatTheAPIServes(t *testing.T) {
 	s := startStack(t, stackOpts{})
 	key, _ := s.tenantKey("acme")
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(pdf), "debian-faq.en.pdf", "application/pdf"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f *openai.VectorStoreFile
-	eventually(t, 180*time.Second, func() bool {
-		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
-	}, "the FAQ processed")
-	if f.Status != openai.VectorStoreFileStatusCompleted {
-		t.Fatalf("PDF %s: %+v", f.Status, f.LastError)
-	}
+	vs, _ := storePDF(t, client, "debian-faq.en.pdf", pdf, 180*time.Second)
 
 	top5 := 0
 	for i := range set.Queries {

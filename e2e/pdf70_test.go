@@ -54,24 +54,8 @@ func TestSeventyPagePDFKeywordSearch(t *testing.T) {
 	key, _ := s.tenantKey("acme")
 	ctx := context.Background()
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(&buf, "manual.pdf", "application/pdf"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f *openai.VectorStoreFile
-	eventually(t, 60*time.Second, func() bool {
-		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
-	}, "70-page PDF processed")
-	if f.Status != openai.VectorStoreFileStatusCompleted {
-		t.Fatalf("PDF %s: %+v", f.Status, f.LastError)
-	}
-	t.Logf("70-page PDF searchable %s after it was added", time.Since(start).Round(time.Millisecond))
+	vs, took := storePDF(t, client, "manual.pdf", buf.Bytes(), 60*time.Second)
+	t.Logf("70-page PDF searchable %s after it was added", took.Round(time.Millisecond))
 	for q, page := range map[string]int{
 		"Is my warranty still valid if I drop the device?": 12,
 		"How often should the battery be replaced?":        37,

@@ -66,24 +66,8 @@ func TestRealPDFKeywordSearch(t *testing.T) {
 	key, _ := s.tenantKey("acme")
 	ctx := context.Background()
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(doc), "go_spec.pdf", "application/pdf"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f *openai.VectorStoreFile
-	eventually(t, 120*time.Second, func() bool {
-		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
-	}, "the specification processed")
-	if f.Status != openai.VectorStoreFileStatusCompleted {
-		t.Fatalf("PDF %s: %+v", f.Status, f.LastError)
-	}
-	t.Logf("%d-page PDF (%d KiB) searchable %s after it was added", pages, len(doc)>>10, time.Since(start).Round(time.Millisecond))
+	vs, took := storePDF(t, client, "go_spec.pdf", doc, 120*time.Second)
+	t.Logf("%d-page PDF (%d KiB) searchable %s after it was added", pages, len(doc)>>10, took.Round(time.Millisecond))
 	for q, want := range map[string]string{
 		"How do I start a goroutine running a function concurrently?": "goroutine",
 		"What happens when a deferred function panics and recovers?":  "recover",
@@ -103,4 +87,31 @@ func TestRealPDFKeywordSearch(t *testing.T) {
 			t.Fatalf("%q: no top-3 passage about %q (top: %.200q)", q, want, res.Data[0].Content[0].Text)
 		}
 	}
+}
+
+// storePDF uploads a PDF through the OpenAI SDK, creates a vector store
+// holding it with the default chunking, and waits (up to within) until the
+// file is processed, failing the test unless it completed. It returns the
+// store and how long after its creation the file was searchable.
+func storePDF(t *testing.T, client openai.Client, name string, pdf []byte, within time.Duration) (*openai.VectorStore, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(pdf), name, "application/pdf"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *openai.VectorStoreFile
+	eventually(t, within, func() bool {
+		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
+	}, name+" processed")
+	if f.Status != openai.VectorStoreFileStatusCompleted {
+		t.Fatalf("%s: %s: %+v", name, f.Status, f.LastError)
+	}
+	return vs, time.Since(start)
 }
