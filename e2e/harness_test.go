@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/internal/cli"
@@ -116,6 +119,33 @@ func eventually(t testing.TB, within time.Duration, cond func() bool, what strin
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// storePDF uploads a PDF through the OpenAI SDK, creates a vector store
+// holding it with the default chunking, and waits (up to within) until the
+// file is processed, failing the test unless it completed. It returns the
+// store and how long after its creation the file was searchable.
+func storePDF(t *testing.T, client openai.Client, name string, pdf []byte, within time.Duration) (*openai.VectorStore, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(pdf), name, "application/pdf"), Purpose: openai.FilePurposeAssistants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *openai.VectorStoreFile
+	eventually(t, within, func() bool {
+		f, err = client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
+		return err == nil && f.Status != openai.VectorStoreFileStatusInProgress
+	}, name+" processed")
+	if f.Status != openai.VectorStoreFileStatusCompleted {
+		t.Fatalf("%s: %s: %+v", name, f.Status, f.LastError)
+	}
+	return vs, time.Since(start)
 }
 
 // sim starts an engine simulator and returns it with its base URL.
