@@ -12,13 +12,31 @@
 # <prefix>-<pid>); AIFORGE_TEST_KEEP=1 leaves the stack up to look at. Under
 # CI=true a missing tool is a failure; elsewhere the caller exits 0 (skip).
 
+# bounded SECONDS CMD...: CMD, killed when it has not finished in SECONDS
+# (exit 124, with a line that names it): a docker engine that stops
+# answering fails the run at that step instead of hanging it until CI's
+# limit. Every docker and docker-compose call here goes through it.
+bounded() {
+  local limit=$1 rc=0
+  shift
+  timeout -k 10 "$limit" "$@" || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "$stack_name: no answer from '$1 $2' in ${limit}s (is the docker engine stuck?)" >&2
+    rc=124
+  fi
+  return $rc
+}
+# docker: the engine's CLI, each call bounded (2 minutes: a restart waits
+# its 10 s grace, a kill or a ps answers in seconds).
+docker() { bounded 120 docker "$@"; }
+
 # stack_init NAME PREFIX: checks the tools, names the image, the project and
 # a work directory, and installs the EXIT trap that tears everything down.
 stack_init() {
   stack_name=$1
   start=$(date +%s)
   failure=""
-  if docker compose version >/dev/null 2>&1; then
+  if bounded 30 docker compose version >/dev/null 2>&1; then
     compose_bin=(docker compose)
   elif command -v docker-compose >/dev/null 2>&1; then
     compose_bin=(docker-compose)
@@ -29,7 +47,12 @@ stack_init() {
   for tool in docker go curl python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then compose_bin=(); missing=$tool; fi
   done
-  if [ ${#compose_bin[@]} -eq 0 ] || ! docker info >/dev/null 2>&1; then
+  local info=0
+  if [ ${#compose_bin[@]} -gt 0 ]; then bounded 60 docker info >/dev/null 2>&1 || info=$?; fi
+  if [ $info -eq 124 ]; then
+    fail "the docker engine did not answer 'docker info' in 60s"
+  fi
+  if [ ${#compose_bin[@]} -eq 0 ] || [ $info -ne 0 ]; then
     local msg="$stack_name needs docker (a running engine), docker-compose, go and curl: ${missing:-docker-compose or the docker engine} missing"
     if [ "${CI:-}" = "true" ]; then fail "$msg"; fi
     echo "SKIP: $msg" >&2
@@ -49,7 +72,9 @@ print(*(x.getsockname()[1] for x in s))')
   export AIFORGE_BIND=127.0.0.1 AIFORGE_PORT="$p1" AIFORGE_PORT_2="$p2"
   AIFORGE_ADMIN_KEY="ak-test-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   export AIFORGE_ADMIN_KEY
-  compose=("${compose_bin[@]}" -p "$project" -f deploy/compose/docker-compose.yml)
+  # Bounded like docker: up and down of the whole stack take under a
+  # minute here; 5 minutes is a stuck engine.
+  compose=(bounded 300 "${compose_bin[@]}" -p "$project" -f deploy/compose/docker-compose.yml)
   built=""
   trap stack_cleanup EXIT
   trap 'exit 130' INT TERM
@@ -75,7 +100,18 @@ stack_cleanup() {
     exit $rc
   fi
   step "tearing down"
-  "${compose[@]}" down -v --remove-orphans >"$work/down.log" 2>&1 || cat "$work/down.log" >&2
+  if ! "${compose[@]}" down -v --remove-orphans >"$work/down.log" 2>&1; then
+    cat "$work/down.log" >&2
+    # What down left: the project's containers, networks and volumes by
+    # its label, each call bounded.
+    local ids
+    ids=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
+    [ -n "$ids" ] && docker rm -f -v $ids >/dev/null
+    ids=$(docker network ls -q --filter "label=com.docker.compose.project=$project")
+    [ -n "$ids" ] && docker network rm $ids >/dev/null
+    ids=$(docker volume ls -q --filter "label=com.docker.compose.project=$project")
+    [ -n "$ids" ] && docker volume rm -f $ids >/dev/null
+  fi
   step "removing the image and the credentials"
   [ -n "$built" ] && docker rmi -f "$image" >/dev/null 2>&1
   rm -rf "$work"
@@ -109,7 +145,7 @@ wait_healthy() {
 # and edge2 (the edges' base URLs) and exports AIFORGE_URL=edge1.
 stack_up() {
   step "building image $image"
-  deploy/build-image.sh "$image" >/dev/null 2>&1 || fail "deploy/build-image.sh $image failed"
+  bounded 900 deploy/build-image.sh "$image" >"$work/build.log" 2>&1 || { tail -20 "$work/build.log" >&2; fail "deploy/build-image.sh $image failed"; }
   built=1
   cli="$PWD/deploy/image/aiforge"
 
