@@ -21,7 +21,7 @@ bounded() {
   shift
   timeout -k 10 "$limit" "$@" || rc=$?
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "$stack_name: no answer from '$1 $2' in ${limit}s (is the docker engine stuck?)" >&2
+    echo "$stack_name: no answer from '$*' in ${limit}s (is the docker engine stuck?)" >&2
     rc=124
   fi
   return $rc
@@ -45,7 +45,8 @@ stack_init() {
   fi
   local tool missing=""
   for tool in docker go curl python3; do
-    if ! command -v "$tool" >/dev/null 2>&1; then compose_bin=(); missing=$tool; fi
+    # type -P: the program on PATH (docker is also a function here).
+    if ! type -P "$tool" >/dev/null 2>&1; then compose_bin=(); missing=$tool; fi
   done
   local info=0
   if [ ${#compose_bin[@]} -gt 0 ]; then bounded 60 docker info >/dev/null 2>&1 || info=$?; fi
