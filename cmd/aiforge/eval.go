@@ -31,7 +31,7 @@ them against the passages that answer them, per mode:
 
   sparse-bm25      plain BM25 over the chunk text (the sparse search before issue 18)
   sparse           BM25F (text, own heading, headings above) + coordination, proximity, question words,
-                   WordNet synonyms, RM3 feedback, navigation demotion
+                   WordNet synonyms, full words of short forms, RM3 feedback, navigation demotion
   dense            cosine on the embeddings engine's vectors
   hybrid           the default fusion: z-scores, the dense list at half weight, times its agreement with the sparse one
   hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse

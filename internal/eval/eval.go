@@ -128,7 +128,7 @@ type Options struct {
 // Modes, in the order Run reports them.
 const (
 	ModeSparseBefore   = "sparse-bm25"     // plain BM25 over the chunk text, query terms as documents' (before issue 18)
-	ModeSparse         = "sparse"          // BM25F + proximity, question words and WordNet synonyms (the retriever's)
+	ModeSparse         = "sparse"          // BM25F + proximity, question words, WordNet synonyms and short forms (the retriever's)
 	ModeDense          = "dense"           // cosine on the engine's embeddings
 	ModeHybrid         = "hybrid"          // the default fusion (agreement-weighted z-scores) of dense and sparse
 	ModeHybridRRF      = "hybrid-rrf"      // RRF (k 60) of dense and sparse, equal weights

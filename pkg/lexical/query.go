@@ -21,6 +21,8 @@ import (
 //   - synonyms of the user's stems from WordNet 3.0 (see Synonyms) are added
 //     with SynonymWeight, less than the user's own terms, so that "picture"
 //     also finds "image" without outranking a passage that says "picture";
+//   - the full words of a short form ("distro" → "distribution", see
+//     Clippings) are added with ClippingWeight, nearly the user's own;
 //   - a query made only of stop words ("what is it", "to be or not to be")
 //     keeps its words in QueryTerms.Words for a phrase match on the text
 //     instead of matching nothing.
@@ -64,6 +66,7 @@ func loadSynonyms() {
 // Default weights of query terms that are not the user's own content words.
 const (
 	SynonymWeight      = 0.3
+	ClippingWeight     = 0.8 // the full words of a short form (see Clippings)
 	QuestionWordWeight = 0.15
 	MaxSynonyms        = 3 // per user term
 	maxQueryOrdered    = 64
@@ -140,11 +143,18 @@ func (a *Analyzer) Query(text string, o QueryOptions) QueryTerms {
 		q.Words = words
 		return q
 	}
-	if !o.NoSynonyms {
-		own := make(map[string]bool, len(q.Ordered))
-		for _, s := range q.Ordered {
-			own[s] = true
+	own := make(map[string]bool, len(q.Ordered))
+	for _, s := range q.Ordered {
+		own[s] = true
+	}
+	for s := range own {
+		for _, full := range Clippings(s) {
+			if !own[full] {
+				q.Weights[full] = max(q.Weights[full], ClippingWeight)
+			}
 		}
+	}
+	if !o.NoSynonyms {
 		for s := range own {
 			n := 0
 			for _, syn := range Synonyms(s) {

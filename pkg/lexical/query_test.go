@@ -3,6 +3,7 @@ package lexical
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -111,5 +112,65 @@ func TestFieldTF(t *testing.T) {
 	}
 	if p.FieldTF(fields, []uint32{0, 0}, []int{10, 1}, avg) != 0 {
 		t.Fatal("no occurrence scores")
+	}
+}
+
+func TestQueryAddsTheFullWordsOfShortForms(t *testing.T) {
+	a := NewEnglish()
+	q := a.Query("which distro is best for a sysadmin?", QueryOptions{NoSynonyms: true})
+	for _, full := range []string{"distribut", "system", "administr"} {
+		if q.Weights[full] != ClippingWeight {
+			t.Errorf("full word %q weighs %v, want %v (weights %v)", full, q.Weights[full], ClippingWeight, q.Weights)
+		}
+	}
+	// The user's own short forms stay at their weight and in order; the full words are not the user's order.
+	if q.Weights["distro"] != 1 || !slices.Equal(q.Ordered, []string{"distro", "best", "sysadmin"}) {
+		t.Errorf("weights %v, ordered %v", q.Weights, q.Ordered)
+	}
+	// Plurals are the same short form; a full word the user also wrote keeps the user's weight.
+	q = a.Query("apps in the distribution and other distros", QueryOptions{NoSynonyms: true})
+	if q.Weights["applic"] != ClippingWeight || q.Weights["distribut"] != 1 {
+		t.Errorf("weights %v", q.Weights)
+	}
+	// A word that is no short form adds nothing.
+	if q := a.Query("kernel", QueryOptions{NoSynonyms: true}); len(q.Weights) != 1 {
+		t.Errorf("'kernel' = %v", q.Weights)
+	}
+}
+
+func TestClippingsTable(t *testing.T) {
+	if c := Clippings("app"); !slices.Equal(c, []string{"applic"}) {
+		t.Errorf("app → %v", c)
+	}
+	if c := Clippings("config"); !slices.Equal(c, []string{"configur"}) {
+		t.Errorf("config → %v", c)
+	}
+	if c := Clippings("applic"); c != nil {
+		t.Errorf("a full word has short forms: %v", c)
+	}
+	// Every short form of the table is kept by the analyzer (not a stop word, not dropped) and leads to the terms
+	// the analyzer indexes for the full words, so a document that writes them matches.
+	a := NewEnglish()
+	for _, line := range strings.Split(clippingTable, "\n") {
+		short, full, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		want := a.Terms(full)
+		if len(want) == 0 {
+			t.Errorf("%q: no full word kept", line)
+		}
+		for _, w := range strings.Fields(short) {
+			s := a.Terms(w)
+			if len(s) != 1 {
+				t.Errorf("short form %q analyses to %v", w, s)
+				continue
+			}
+			for _, f := range want {
+				if f != s[0] && !slices.Contains(Clippings(s[0]), f) {
+					t.Errorf("%q → %v, missing %q", w, Clippings(s[0]), f)
+				}
+			}
+		}
 	}
 }

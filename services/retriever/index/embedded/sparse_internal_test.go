@@ -382,4 +382,11 @@ func TestCoordination(t *testing.T) {
 	if syns == 0 {
 		t.Fatalf("no synonyms in %v", q.Weights)
 	}
+	// The full words of a short form belong to its concept: "distribution" covers what "distro" asked.
+	q = an.Query("distro for a sysadmin", lexical.QueryOptions{NoSynonyms: true})
+	concepts, n = queryConcepts(q.Ordered, q.Weights)
+	if n != 2 || concepts["distribut"] != concepts["distro"] || concepts["administr"] != concepts["sysadmin"] ||
+		concepts["distribut"] == concepts["administr"] {
+		t.Fatalf("concepts %v (%d) of %v", concepts, n, q.Weights)
+	}
 }
