@@ -17,18 +17,19 @@ import (
 // nothing.
 //
 // Each line: the short forms (singular and plural where both are used), a
-// colon, the full words.
+// colon, the full words. A short form that is also a path or a word of its
+// own in technical text is left out ("dev" of /dev, "dist" of dist-upgrade,
+// "temp" of temperature), or kept only in its unambiguous plural ("devs").
 const clippingTable = `
 app apps: application
 distro distros: distribution
-dist: distribution
 sysadmin sysadmins: system administrator
 admin admins: administrator
 config configs conf: configuration
 repo repos: repository
 docs: documentation
 info: information
-dev devs: developer development
+devs: developers development
 spec specs: specification
 env: environment
 dir dirs: directory
@@ -37,7 +38,7 @@ pkg pkgs: package
 dep deps: dependency
 pref prefs: preference
 stats: statistics
-tmp temp: temporary
+tmp: temporary
 exe: executable
 auth: authentication
 perm perms: permission
