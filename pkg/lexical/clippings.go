@@ -16,10 +16,11 @@ import (
 // not any one manual's vocabulary; an expansion a corpus does not hold costs
 // nothing.
 //
-// Each line: the short forms (singular and plural where both are used), a
-// colon, the full words. A short form that is also a path or a word of its
-// own in technical text is left out ("dev" of /dev, "dist" of dist-upgrade,
-// "temp" of temperature), or kept only in its unambiguous plural ("devs").
+// Each line: the short forms, a colon, the full words. Short forms are
+// matched by their stems, so a plural and its singular are one ("devs" is
+// "dev"): a short form whose stem is also a path or a word of its own in
+// technical text is left out ("dev" and "devs" of /dev, "dist" of
+// dist-upgrade, "stats" of stat, "temp" of temperature).
 const clippingTable = `
 app apps: application
 distro distros: distribution
@@ -29,7 +30,6 @@ config configs conf: configuration
 repo repos: repository
 docs: documentation
 info: information
-devs: developers development
 spec specs: specification
 env: environment
 dir dirs: directory
@@ -37,7 +37,6 @@ lib libs: library
 pkg pkgs: package
 dep deps: dependency
 pref prefs: preference
-stats: statistics
 tmp: temporary
 exe: executable
 auth: authentication

@@ -148,6 +148,13 @@ func TestClippingsTable(t *testing.T) {
 	if c := Clippings("applic"); c != nil {
 		t.Errorf("a full word has short forms: %v", c)
 	}
+	// Stems that are paths or words of their own in technical text are not short forms: "/dev/sda" and
+	// "stat the file" must not ask for developers or statistics.
+	for _, w := range []string{"/dev/sda", "devs", "stat", "stats", "dist-upgrade", "temp"} {
+		if q := NewEnglish().Query(w, QueryOptions{NoSynonyms: true}); len(q.Weights) != len(q.Ordered) {
+			t.Errorf("%q expanded: %v", w, q.Weights)
+		}
+	}
 	// Every short form of the table is kept by the analyzer (not a stop word, not dropped) and leads to the terms
 	// the analyzer indexes for the full words, so a document that writes them matches.
 	a := NewEnglish()
