@@ -1,6 +1,7 @@
 package lexical
 
 import (
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -89,6 +90,23 @@ var (
 func Clippings(stem string) []string {
 	clipOnce.Do(loadClippings)
 	return clipTable[stem]
+}
+
+// Expansions yields every term Query may add for a user's stem: the full
+// words of a short form (Clippings), then its synonyms (Synonyms), all of
+// them, whatever MaxSynonyms keeps. An index that groups a query's terms by
+// the user's word they came from (a coordination factor) asks this, so the
+// grouping follows whatever Query adds.
+func Expansions(stem string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, list := range [2][]string{Clippings(stem), Synonyms(stem)} {
+			for _, t := range list {
+				if !yield(t) {
+					return
+				}
+			}
+		}
+	}
 }
 
 func loadClippings() {

@@ -181,3 +181,30 @@ func TestClippingsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestExpansionsAreWhatQueryAdds: every term Query adds for a user's word is among that word's Expansions, which
+// an index uses to group a query's terms by the word they came from.
+func TestExpansionsAreWhatQueryAdds(t *testing.T) {
+	a := NewEnglish()
+	q := a.Query("which distro shows the colour of a picture", QueryOptions{})
+	from := map[string]bool{}
+	for _, s := range q.Ordered {
+		from[s] = true
+		for e := range Expansions(s) {
+			from[e] = true
+		}
+	}
+	for term := range q.Weights {
+		if !from[term] {
+			t.Errorf("query term %q is no user word's expansion (weights %v)", term, q.Weights)
+		}
+	}
+	var first []string
+	for e := range Expansions("distro") {
+		first = append(first, e)
+		break
+	}
+	if !slices.Equal(first, []string{"distribut"}) {
+		t.Errorf("first expansion of distro = %v", first)
+	}
+}

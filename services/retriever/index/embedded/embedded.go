@@ -1149,7 +1149,7 @@ func queryConcepts(ordered []string, weights map[string]float64) (map[string]uin
 		bit := uint64(1) << n
 		n++
 		m[s] |= bit
-		for _, syn := range slices.Concat(lexical.Clippings(s), lexical.Synonyms(s)) {
+		for syn := range lexical.Expansions(s) {
 			if _, ok := weights[syn]; ok {
 				m[syn] |= bit
 			}
