@@ -33,7 +33,7 @@ them against the passages that answer them, per mode:
   sparse           BM25F (text, own heading, headings above) + coordination, proximity, question words,
                    WordNet synonyms, full words of short forms, RM3 feedback, navigation demotion
   dense            cosine on the embeddings engine's vectors
-  hybrid           the default fusion: z-scores, the dense list at half weight, times its agreement with the sparse one
+  hybrid           the default fusion: z-scores, the dense list at weight 0.45, times its agreement with the sparse one
   hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse
   hybrid-weighted  weighted sum of dense (cosine) and sparse (BM25 / the best) scores
 

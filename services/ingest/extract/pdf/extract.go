@@ -1,6 +1,7 @@
 // Package pdf is extract's PDF extractor: the text layer of a PDF, with
-// positioned glyphs joined into lines and paragraphs, headings inferred from
-// font size and weight, and running headers and page numbers dropped.
+// positioned glyphs joined into lines and paragraphs, headings from the
+// document outline or inferred from font size and weight, and running headers
+// and page numbers dropped.
 package pdf
 
 import (
@@ -32,9 +33,12 @@ import (
 // Page.Content reports width 0 for glyphs of the standard fonts written
 // without /Widths and of every composite (CID) font, so words run together.
 //
-// Blocks carry their 1-based page. Headings are inferred from font size
-// (larger than the body text) and weight; running headers, footers and page
-// numbers repeated across pages are dropped.
+// Blocks carry their 1-based page. Headings and their levels come from the
+// document outline (the bookmarks) when the PDF has one that its text
+// matches (see outlineLevels); otherwise, and for headings the outline does
+// not list, they are inferred from font size (larger than the body text) and
+// weight. Running headers, footers and page numbers repeated across pages are
+// dropped.
 //
 // Errors (as package extract exports them): ErrEncrypted for
 // password-protected files and encryption ledongthuc cannot read (AES-256);
@@ -177,12 +181,24 @@ func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Docume
 		}
 		return nil, errNoTextLayer
 	}
-	levels := headingLevels(all)
+	fontLevel := headingLevels(all)
+	levels, fromOutline := outlineLevels(all, readOutline(ctx, rd, len(pages)), fontLevel)
+	if !fromOutline {
+		levels = make([]int, len(all))
+		for i, p := range all {
+			levels[i] = fontLevel(p)
+		}
+	}
 	var b textdoc.Builder
-	for _, p := range all {
-		switch lvl := levels(p); {
+	label := ""
+	for i, p := range all {
+		switch lvl := levels[i]; {
+		case fromOutline && lvl > 0 && i+1 < len(all) && levels[i+1] > 0 && levels[i+1] < lvl && isSectionLabel(p.text):
+			// "Chapter 4" printed above the title the outline knows: one heading
+			label = p.text + " "
 		case lvl > 0:
-			b.Heading(lvl, p.text, p.page)
+			b.Heading(lvl, label+p.text, p.page)
+			label = ""
 		case p.list:
 			b.Add(textdoc.KindList, p.text, p.page)
 		default:

@@ -205,3 +205,69 @@ func OnePage(header, content string) []byte {
 		"stream:"+content,
 	)
 }
+
+// Manual generates a two-chapter manual laid out as real ones are, for the
+// outline tests: page 1 holds the title and a table of contents (one entry
+// without dot leaders, printed exactly as its section's heading is); each
+// chapter prints a "Chapter N" label (18pt bold) above its title (18pt
+// bold), its sections are numbered ("1.1 Installing", 14pt bold) and a
+// sample set in a 48pt display font ("SPUMONI") sits in section 1.2, the
+// kind of text font sizes alone make the top heading. With bookmarks, the
+// outline lists the chapter and section titles without their numbers, as
+// the Debian FAQ's does.
+func Manual(t testing.TB, bookmarks bool) []byte {
+	t.Helper()
+	f := fpdf.New("P", "mm", "A4", "")
+	f.SetAutoPageBreak(false, 15)
+	mark := func(title string, level int) {
+		if bookmarks {
+			f.Bookmark(title, level, -1)
+		}
+	}
+	body := func(seed int) {
+		f.SetFont("Helvetica", "", 11)
+		f.MultiCell(0, 5, Paragraph(seed, 3), "", "L", false)
+		f.Ln(4)
+	}
+	f.AddPage()
+	f.SetFont("Helvetica", "B", 18)
+	f.CellFormat(0, 10, "The Widget Manual", "", 1, "L", false, 0, "")
+	f.Ln(6)
+	f.SetFont("Helvetica", "B", 14)
+	f.CellFormat(0, 8, "Contents", "", 1, "L", false, 0, "")
+	f.Ln(2)
+	f.SetFont("Helvetica", "", 11)
+	for _, line := range []string{"1 Getting started . . . . . . 2", "1.1 Installing", "1.2 Display samples . . . . . . 2", "2 Everyday use . . . . . . 3", "2.1 Daily tasks . . . . . . 3"} {
+		f.CellFormat(0, 6, line, "", 1, "L", false, 0, "")
+		f.Ln(2)
+	}
+	chapter := func(n int, title string) {
+		f.AddPage()
+		mark(title, 0)
+		f.SetFont("Helvetica", "B", 18)
+		f.CellFormat(0, 10, fmt.Sprintf("Chapter %d", n), "", 1, "L", false, 0, "")
+		f.Ln(6)
+		f.CellFormat(0, 10, title, "", 1, "L", false, 0, "")
+		f.Ln(4)
+	}
+	section := func(number, title string) {
+		mark(title, 1)
+		f.SetFont("Helvetica", "B", 14)
+		f.CellFormat(0, 8, number+" "+title, "", 1, "L", false, 0, "")
+		f.Ln(2)
+	}
+	chapter(1, "Getting started")
+	section("1.1", "Installing")
+	body(1)
+	section("1.2", "Display samples")
+	body(2)
+	f.SetFont("Helvetica", "B", 48)
+	f.CellFormat(0, 20, "SPUMONI", "", 1, "L", false, 0, "")
+	f.Ln(4)
+	body(3)
+	chapter(2, "Everyday use")
+	section("2.1", "Daily tasks")
+	body(4)
+	body(5)
+	return bytesOf(t, f)
+}
