@@ -1,8 +1,10 @@
 package pdf
 
 import (
+	"cmp"
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -96,8 +98,9 @@ var sectionNumber = regexp.MustCompile(`^\s*((?i:chapter|appendix|part|section)\
 // outlineLevels assigns heading levels from the outline: a paragraph that is
 // a bookmark's title (with or without its section number) is a heading at
 // the bookmark's depth. A title printed more often than it is bookmarked
-// (in the table of contents and then over its section) is the heading where
-// it is printed last, since the contents come first. Other paragraphs that
+// (in the table of contents and then over its section, or in a running
+// header) is the heading where it is printed largest, and of those where it
+// is printed last, since the contents come first. Other paragraphs that
 // look like headings (fontLevel > 0, see headingLevels) become headings below
 // the outline's deepest level, in their font-size order: a display sample
 // then heads at most the rest of its section, and a table of contents the
@@ -137,9 +140,17 @@ func outlineLevels(all []pdfPara, outline []outlineEntry, fontLevel func(pdfPara
 	levels = make([]int, len(all))
 	found := 0
 	for k, idx := range at {
+		// the largest print first (a heading over a contents line or a
+		// running header), then the last
+		slices.SortStableFunc(idx, func(a, b int) int {
+			if c := cmp.Compare(roundSize(all[b].size), roundSize(all[a].size)); c != 0 {
+				return c
+			}
+			return cmp.Compare(b, a)
+		})
 		n := min(want[k], len(idx))
 		found += n
-		for _, i := range idx[len(idx)-n:] {
+		for _, i := range idx[:n] {
 			levels[i] = depthOf[k]
 		}
 	}

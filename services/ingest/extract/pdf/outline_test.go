@@ -52,6 +52,11 @@ func TestOutlineDecidesHeadingLevels(t *testing.T) {
 	if sec.Page != 2 || sec.Level != 2 || !slices.Equal(sec.HeadingPath, []string{"Chapter 1 Getting started", "1.1 Installing"}) {
 		t.Errorf("section 1.1: page %d level %d path %q, want the heading on page 2 at level 2 under chapter 1 (not the contents' line)", sec.Page, sec.Level, sec.HeadingPath)
 	}
+	for _, b := range doc.Blocks {
+		if b.Text == "Installing" && b.Kind == textdoc.KindHeading {
+			t.Errorf("the caption repeating section 1.1's title is a level %d heading, want a paragraph", b.Level)
+		}
+	}
 	// The display sample heads nothing beyond its own section.
 	if s := headingNamed(t, doc, "SPUMONI", 2); s.Level <= 2 {
 		t.Errorf("SPUMONI at level %d, want below the sections (> 2)", s.Level)

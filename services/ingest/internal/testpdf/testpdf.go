@@ -212,7 +212,8 @@ func OnePage(header, content string) []byte {
 // chapter prints a "Chapter N" label (18pt bold) above its title (18pt
 // bold), its sections are numbered ("1.1 Installing", 14pt bold) and a
 // sample set in a 48pt display font ("SPUMONI") sits in section 1.2, the
-// kind of text font sizes alone make the top heading. With bookmarks, the
+// kind of text font sizes alone make the top heading; a 9pt caption after
+// section 1.1 repeats its title. With bookmarks, the
 // outline lists the chapter and section titles without their numbers, as
 // the Debian FAQ's does.
 func Manual(t testing.TB, bookmarks bool) []byte {
@@ -259,6 +260,9 @@ func Manual(t testing.TB, bookmarks bool) []byte {
 	chapter(1, "Getting started")
 	section("1.1", "Installing")
 	body(1)
+	f.SetFont("Helvetica", "", 9) // a caption that repeats the section's title
+	f.CellFormat(0, 5, "Installing", "", 1, "L", false, 0, "")
+	f.Ln(4)
 	section("1.2", "Display samples")
 	body(2)
 	f.SetFont("Helvetica", "B", 48)
