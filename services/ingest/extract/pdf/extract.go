@@ -158,6 +158,7 @@ func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Docume
 		}
 		paras = append(paras, buildParagraphs(buildLines(glyphs), i+1))
 	}
+	resolveHyphens(paras)
 	removeRunningHeaders(paras, bodySize(paras))
 
 	var all []pdfPara

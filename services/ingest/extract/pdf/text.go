@@ -486,15 +486,17 @@ func buildParagraphs(lines []*pdfLine, page int) []pdfPara {
 }
 
 // joinLine prepares the builder for the next line of the same paragraph:
-// a word hyphenated across lines is joined, otherwise a space is added.
+// a word hyphenated across lines is joined at a lineBreakHyphen (which
+// resolveHyphens turns into nothing or a hyphen), otherwise a space is added.
 func joinLine(sb *strings.Builder) {
 	s := sb.String()
 	if n := len(s); n >= 2 && s[n-1] == '-' {
 		r, _ := utf8.DecodeLastRuneInString(s[:n-1])
 		if unicode.IsLower(r) {
-			// drop the hyphen: "exam-" + "ple" -> "example"
+			// "exam-" + "ple": "exam\x1fple"
 			sb.Reset()
 			sb.WriteString(s[:n-1])
+			sb.WriteByte(lineBreakHyphen)
 			return
 		}
 	}
