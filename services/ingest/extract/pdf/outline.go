@@ -16,14 +16,14 @@ import (
 // order. When a PDF has one, its entries decide which paragraphs are
 // headings and at what level; font sizes alone cannot tell a chapter title
 // from a sample set in a display font (the ReportLab user guide sets
-// "SPUMONI" at 60 points on page 26, which font sizes make the document's
+// "SPUMONI" at 85 points on page 26, which font sizes make the document's
 // top heading, above every chapter after it).
 
 const (
 	// outlineEntriesPerPage and maxOutlineEntries bound the outline walk: a
 	// cycle of /Next or /First links (malformed, or hostile) would otherwise
 	// never end. A real outline has a few bookmarks a page (the ReportLab
-	// user guide: 110 over 140 pages); one cut short by the bound is not used.
+	// user guide: 104 over 134 pages); one cut short by the bound is not used.
 	outlineEntriesPerPage = 8
 	maxOutlineEntries     = 4 * MaxPages
 	// maxOutlineDepth bounds its nesting for the same reason.
@@ -122,8 +122,7 @@ func outlineLevels(all []pdfPara, outline []outlineEntry, fontLevel func(pdfPara
 		want[e.key]++
 		deepest = max(deepest, min(e.depth, 5))
 	}
-	keys := make([]string, len(all))
-	at := map[string][]int{}
+	at := map[string][]int{} // the paragraphs that are each title
 	for i, p := range all {
 		if p.list || p.lines > 4 || len(p.text) > 400 {
 			continue
@@ -133,7 +132,6 @@ func outlineLevels(all []pdfPara, outline []outlineEntry, fontLevel func(pdfPara
 			k = headingKey(sectionNumber.ReplaceAllString(p.text, ""))
 		}
 		if _, found := depthOf[k]; found && k != "" {
-			keys[i] = k
 			at[k] = append(at[k], i)
 		}
 	}
