@@ -194,9 +194,9 @@ func extractPDF(ctx context.Context, r io.ReaderAt, size int64) (*textdoc.Docume
 	label := ""
 	for i, p := range all {
 		switch lvl := levels[i]; {
-		case fromOutline && lvl > 0 && i+1 < len(all) && levels[i+1] > 0 && levels[i+1] < lvl && isSectionLabel(p.text):
+		case fromOutline && labelsHeading(all, levels, i):
 			// "Chapter 4" printed above the title the outline knows: one heading
-			label = p.text + " "
+			label += p.text + " "
 		case lvl > 0:
 			b.Heading(lvl, label+p.text, p.page)
 			label = ""

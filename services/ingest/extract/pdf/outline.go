@@ -95,6 +95,18 @@ func headingKey(s string) string {
 // "A.1 ", "Chapter 3 ", "Appendix B. ". Bookmarks often leave it out.
 var sectionNumber = regexp.MustCompile(`^\s*((?i:chapter|appendix|part|section)\s+)?([0-9]{1,3}|[A-Z]|[IVXLC]{1,6})(\.[0-9]{1,3})*\.?(\s+|$)`)
 
+// sectionLabel is a paragraph that only labels the heading after it: "Chapter
+// 4", "Appendix A", or Sphinx's "CHAPTER" and "ONE" on lines of their own.
+var sectionLabel = regexp.MustCompile(`^\s*(?i:(chapter|appendix|part|section)(\s+([0-9]{1,3}|[a-z]|[ivxlc]{1,6}|` + numberWords + `))?|[0-9]{1,3}(\.[0-9]{1,3})*|[ivxlc]{1,6}|` + numberWords + `)\.?\s*$`)
+
+const numberWords = `one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty`
+
+// titleKeys are the keys under which a paragraph may be a bookmark's title:
+// as printed, and without its section number.
+func titleKeys(text string) [2]string {
+	return [2]string{headingKey(text), headingKey(sectionNumber.ReplaceAllString(text, ""))}
+}
+
 // outlineLevels assigns heading levels from the outline: a paragraph that is
 // a bookmark's title (with or without its section number) is a heading at
 // the bookmark's depth. A title printed more often than it is bookmarked
@@ -127,12 +139,11 @@ func outlineLevels(all []pdfPara, outline []outlineEntry, fontLevel func(pdfPara
 		if p.list || p.lines > 4 || len(p.text) > 400 {
 			continue
 		}
-		k := headingKey(p.text)
-		if _, found := depthOf[k]; !found {
-			k = headingKey(sectionNumber.ReplaceAllString(p.text, ""))
-		}
-		if _, found := depthOf[k]; found && k != "" {
-			at[k] = append(at[k], i)
+		for _, k := range titleKeys(p.text) {
+			if _, found := depthOf[k]; found && k != "" {
+				at[k] = append(at[k], i)
+				break
+			}
 		}
 	}
 	levels = make([]int, len(all))
@@ -163,9 +174,26 @@ func outlineLevels(all []pdfPara, outline []outlineEntry, fontLevel func(pdfPara
 	return levels, true
 }
 
-// isSectionLabel reports whether a paragraph is only a section label ("Chapter
-// 4", "Appendix A", "12"), which a heading the outline knows follows.
+// isSectionLabel reports whether a paragraph is only a section label
+// (sectionLabel).
 func isSectionLabel(text string) bool {
-	m := sectionNumber.FindStringIndex(text)
-	return m != nil && m[1] == len(text)
+	return strings.TrimSpace(text) != "" && sectionLabel.MatchString(text)
+}
+
+// labelsHeading reports whether paragraph i is a section label that, with at
+// most two more labels after it ("CHAPTER", "ONE"), stands above a heading
+// the outline placed (at a level above the label's own).
+func labelsHeading(all []pdfPara, levels []int, i int) bool {
+	if levels[i] == 0 || !isSectionLabel(all[i].text) {
+		return false
+	}
+	for j := i + 1; j < len(all) && j <= i+3; j++ {
+		switch {
+		case levels[j] > 0 && levels[j] < levels[i]:
+			return true
+		case levels[j] == 0 || !isSectionLabel(all[j].text):
+			return false
+		}
+	}
+	return false
 }

@@ -209,8 +209,8 @@ func OnePage(header, content string) []byte {
 // Manual generates a two-chapter manual laid out as real ones are, for the
 // outline tests: page 1 holds the title and a table of contents (one entry
 // without dot leaders, printed exactly as its section's heading is); each
-// chapter prints a "Chapter N" label (18pt bold) above its title (18pt
-// bold), its sections are numbered ("1.1 Installing", 14pt bold) and a
+// chapter prints a label (18pt bold: "Chapter 1", or Sphinx's "CHAPTER" and
+// "TWO" on lines of their own) above its title (18pt bold), its sections are numbered ("1.1 Installing", 14pt bold) and a
 // sample set in a 48pt display font ("SPUMONI") sits in section 1.2, the
 // kind of text font sizes alone make the top heading; a 9pt caption after
 // section 1.1 repeats its title. With bookmarks, the
@@ -242,12 +242,14 @@ func Manual(t testing.TB, bookmarks bool) []byte {
 		f.CellFormat(0, 6, line, "", 1, "L", false, 0, "")
 		f.Ln(2)
 	}
-	chapter := func(n int, title string) {
+	chapter := func(labels []string, title string) {
 		f.AddPage()
 		mark(title, 0)
 		f.SetFont("Helvetica", "B", 18)
-		f.CellFormat(0, 10, fmt.Sprintf("Chapter %d", n), "", 1, "L", false, 0, "")
-		f.Ln(6)
+		for _, l := range labels {
+			f.CellFormat(0, 10, l, "", 1, "L", false, 0, "")
+			f.Ln(6)
+		}
 		f.CellFormat(0, 10, title, "", 1, "L", false, 0, "")
 		f.Ln(4)
 	}
@@ -257,7 +259,7 @@ func Manual(t testing.TB, bookmarks bool) []byte {
 		f.CellFormat(0, 8, number+" "+title, "", 1, "L", false, 0, "")
 		f.Ln(2)
 	}
-	chapter(1, "Getting started")
+	chapter([]string{"Chapter 1"}, "Getting started")
 	section("1.1", "Installing")
 	body(1)
 	f.SetFont("Helvetica", "", 9) // a caption that repeats the section's title
@@ -269,7 +271,7 @@ func Manual(t testing.TB, bookmarks bool) []byte {
 	f.CellFormat(0, 20, "SPUMONI", "", 1, "L", false, 0, "")
 	f.Ln(4)
 	body(3)
-	chapter(2, "Everyday use")
+	chapter([]string{"CHAPTER", "TWO"}, "Everyday use") // as Sphinx prints them
 	section("2.1", "Daily tasks")
 	body(4)
 	body(5)
