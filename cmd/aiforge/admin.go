@@ -445,6 +445,8 @@ func modelsCmd() *cobra.Command {
 	var pf priceFlags
 	var ef engineProcessFlags
 	var cf cacheFlags
+	var hybridFusion string
+	var hybridEmbedding, hybridText float64
 	register := &cobra.Command{
 		Use:   "register NAME",
 		Short: "Bind a model name to an OpenAI-compatible engine",
@@ -455,7 +457,10 @@ func modelsCmd() *cobra.Command {
   OPENAI_KEY=sk-... aiforge models register gpt-4o-mini@openai --base-url https://api.openai.com/v1 --upstream gpt-4o-mini \
       --kind provider --engine-api-key-env OPENAI_KEY --rpm 500 --tpm 200000 --price-input 0.15 --price-output 0.6
   aiforge models register chat --base-url http://gpu-a:8000/v1 --upstream Qwen/Qwen2.5-7B-Instruct --context-window 32768 \
-      --engine id=b,base-url=http://gpu-b:8000/v1,upstream=Qwen/Qwen2.5-7B-Instruct,weight=2 --fallback gpt-4o-mini@openai`,
+      --engine id=b,base-url=http://gpu-b:8000/v1,upstream=Qwen/Qwen2.5-7B-Instruct,weight=2 --fallback gpt-4o-mini@openai
+  # an embedding model known to beat keyword search: hybrid searches trust its list as given
+  aiforge models register bge --base-url http://127.0.0.1:8080/v1 --upstream BAAI/bge-small-en-v1.5 \
+      --hybrid-fusion zscore --hybrid-embedding-weight 1.5 --hybrid-text-weight 1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := adminClient(cmd)
@@ -533,6 +538,9 @@ func modelsCmd() *cobra.Command {
 			} else if p != nil {
 				in["cache"] = p
 			}
+			if cmd.Flags().Changed("hybrid-fusion") || cmd.Flags().Changed("hybrid-embedding-weight") || cmd.Flags().Changed("hybrid-text-weight") {
+				in["hybrid_search"] = map[string]any{"fusion": hybridFusion, "embedding_weight": hybridEmbedding, "text_weight": hybridText}
+			}
 			var m modelOut
 			if err := cl.Do(cmd.Context(), "POST", "/admin/v1/models", in, &m); err != nil {
 				return err
@@ -567,6 +575,9 @@ func modelsCmd() *cobra.Command {
 	register.Flags().Var((*repeated)(&fallbacks), "fallback", "a model name tried, in the order given, before the first byte when this one has no servable worker, is overloaded, fails or cannot take the prompt (repeatable)")
 	register.Flags().IntVar(&contextWindow, "context-window", 0, "the model's context length in tokens: longer requests go to the next fallback (default: what the engines report)")
 	register.Flags().StringVar(&routing, "routing", "", `how the edge picks among the model's engines: "least_outstanding" (default) or "latency"`)
+	register.Flags().StringVar(&hybridFusion, "hybrid-fusion", "", `for an embedding model: the fusion of hybrid searches of its vector stores when a request gives no hybrid_search: "agreement" (default), "zscore", "rrf" or "weighted"`)
+	register.Flags().Float64Var(&hybridEmbedding, "hybrid-embedding-weight", 0, "for an embedding model: the default hybrid_search embedding_weight (with --hybrid-text-weight; both 0: the fusion's defaults)")
+	register.Flags().Float64Var(&hybridText, "hybrid-text-weight", 0, "for an embedding model: the default hybrid_search text_weight")
 	pf.add(register, "price-")
 	ef.add(register)
 	cf.add(register)

@@ -34,12 +34,16 @@ them against the passages that answer them, per mode:
                    WordNet synonyms, full words of short forms, RM3 feedback, navigation demotion
   dense            cosine on the embeddings engine's vectors
   hybrid           the default fusion: z-scores, the dense list at weight 0.45, times its agreement with the sparse one
+                   (or the fusion --fusion, --embedding-weight and --text-weight give, as a model binding's hybrid_search)
+  hybrid-zscore    z-scores at equal weights, without the agreement factor
   hybrid-rrf       Reciprocal Rank Fusion (k 60) of dense and sparse
   hybrid-weighted  weighted sum of dense (cosine) and sparse (BM25 / the best) scores
 
 Sparse modes always run; dense and hybrid run with an embeddings engine (--embedding-url and
 --embedding-model, or --embedding-sim for the engine simulator's vectors: a weak lexical model, feature
-hashing of word stems and their character trigrams).
+hashing of word stems and their character trigrams). --dense-oracle embeds each question together with
+its answer passages: a stand-in for an embedding model much stronger than keyword search, to see how
+each fusion does when the dense list is the better one (it measures the fusion, not a model).
 
 Sets: "bundled" (default; a small CC0 corpus compiled into the binary), "debian": 115 questions over
 four manuals from Debian packages, "debian-heldout": 35 more over the Debian FAQ PDF, never tuned on
@@ -50,6 +54,7 @@ about, a second check. They read the documents from the installed packages
   apt-get install -y debian-faq python-reportlab-doc developers-reference live-manual-html`,
 		Example: `  aiforge eval retrieval
   aiforge eval retrieval --set debian --embedding-sim
+  aiforge eval retrieval --set debian --embedding-sim --dense-oracle --fusion zscore --embedding-weight 1.5 --text-weight 1
   aiforge eval retrieval --set debian --embedding-url http://127.0.0.1:8080/v1 --embedding-model bge-small`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -91,6 +96,10 @@ about, a second check. They read the documents from the installed packages
 	retrieval.Flags().IntVar(&o.ChunkTokens, "chunk-tokens", 0, "chunk size in tokens (default: the set's; bundled 80, debian 800 as OpenAI's auto)")
 	retrieval.Flags().IntVar(&o.OverlapTokens, "overlap-tokens", 0, "chunk overlap in tokens (default: the set's)")
 	retrieval.Flags().BoolVar(&sim, "embedding-sim", false, "embed with the engine simulator (384 dimensions, in process)")
+	retrieval.Flags().BoolVar(&o.DenseOracle, "dense-oracle", false, "embed each question with its answer passages (a stand-in for a strong embedding model)")
+	retrieval.Flags().StringVar(&o.Hybrid.Method, "fusion", "", "fusion of the hybrid mode: agreement (default), zscore, rrf or weighted")
+	retrieval.Flags().Float64Var(&o.Hybrid.DenseWeight, "embedding-weight", 0, "the hybrid mode's weight of the dense list (with --text-weight; both 0: the fusion's defaults)")
+	retrieval.Flags().Float64Var(&o.Hybrid.SparseWeight, "text-weight", 0, "the hybrid mode's weight of the sparse list")
 	retrieval.Flags().StringVar(&misses, "misses", "", "then list the questions this mode (e.g. sparse) did not answer in its top 5, with the rank it found the answer at (0: not in the top 10)")
 	c.AddCommand(retrieval, evalAdmissionCmd())
 	return c

@@ -215,3 +215,46 @@ func TestModelsRegisterCacheAndCacheClear(t *testing.T) {
 		t.Fatalf("clear without --model: %v", err)
 	}
 }
+
+// `aiforge models register --hybrid-fusion ...` stores an embedding model's
+// default fusion for hybrid search on its binding; a bad one is refused with
+// the API's reason.
+func TestModelsRegisterHybridSearch(t *testing.T) {
+	ctx := context.Background()
+	env, err := bench.SetupEngine(ctx, nil, enginesim.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	t.Setenv("AIFORGE_ADMIN_KEY", env.Admin.Token)
+	run := func(args ...string) (string, error) {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append(args, "--url", env.Admin.BaseURL))
+		err := root.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	if out, err := run("models", "register", "embed", "--base-url", env.EngineURL, "--upstream", "bench-upstream",
+		"--hybrid-fusion", "zscore", "--hybrid-embedding-weight", "1.5", "--hybrid-text-weight", "1"); err != nil {
+		t.Fatalf("register: %v %s", err, out)
+	}
+	var m struct {
+		HybridSearch *struct {
+			Fusion          string  `json:"fusion"`
+			EmbeddingWeight float64 `json:"embedding_weight"`
+			TextWeight      float64 `json:"text_weight"`
+		} `json:"hybrid_search"`
+	}
+	if err := env.Admin.Do(ctx, "GET", "/admin/v1/models/embed", nil, &m); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.HybridSearch; h == nil || h.Fusion != "zscore" || h.EmbeddingWeight != 1.5 || h.TextWeight != 1 {
+		t.Fatalf("stored hybrid_search: %+v", h)
+	}
+	if _, err := run("models", "register", "embed2", "--base-url", env.EngineURL, "--upstream", "bench-upstream", "--hybrid-fusion", "max"); err == nil ||
+		!strings.Contains(err.Error(), "fusion must be") {
+		t.Fatalf("an unknown fusion: %v", err)
+	}
+}

@@ -123,6 +123,16 @@ type Options struct {
 	EmbeddingKey   string
 	ChunkTokens    int
 	OverlapTokens  int
+	// Hybrid is the fusion of the "hybrid" mode: what a vector store search
+	// uses without ranking_options (the zero value: the default fusion), or
+	// what an embedding model's binding sets (registry.Model.HybridSearch).
+	Hybrid index.Fusion
+	// DenseOracle embeds each question together with the text of its answer
+	// passages (or, in the bundled set, their headings): a stand-in for an
+	// embedding model stronger than keyword search, to see how each fusion
+	// does when the dense list is the better one. It measures fusion, not
+	// any model.
+	DenseOracle bool
 }
 
 // Modes, in the order Run reports them.
@@ -130,7 +140,8 @@ const (
 	ModeSparseBefore   = "sparse-bm25"     // plain BM25 over the chunk text, query terms as documents' (before issue 18)
 	ModeSparse         = "sparse"          // BM25F + proximity, question words, WordNet synonyms and short forms (the retriever's)
 	ModeDense          = "dense"           // cosine on the engine's embeddings
-	ModeHybrid         = "hybrid"          // the default fusion (agreement-weighted z-scores) of dense and sparse
+	ModeHybrid         = "hybrid"          // the default fusion (agreement-weighted z-scores) of dense and sparse, or Options.Hybrid
+	ModeHybridZScore   = "hybrid-zscore"   // z-scores of dense and sparse, equal weights, no agreement factor
 	ModeHybridRRF      = "hybrid-rrf"      // RRF (k 60) of dense and sparse, equal weights
 	ModeHybridWeighted = "hybrid-weighted" // weighted sum of scores on [0, 1] (equal weights)
 )
@@ -325,6 +336,9 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	}
 	an := lexical.NewEnglish()
 	dense := o.EmbeddingURL != "" && o.EmbeddingModel != ""
+	if o.DenseOracle && !dense {
+		return nil, errors.New("eval: the dense oracle needs an embeddings engine (an embedding URL and model, or the simulator)")
+	}
 	texts := map[string]string{} // file → normalised words of its whole text, to check the passages
 	for _, name := range set.Files {
 		data, err := fs.ReadFile(corpus, name)
@@ -403,7 +417,7 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	}
 	modes := []string{ModeSparseBefore, ModeSparse}
 	if dense {
-		modes = append(modes, ModeDense, ModeHybrid, ModeHybridRRF, ModeHybridWeighted)
+		modes = append(modes, ModeDense, ModeHybrid, ModeHybridZScore, ModeHybridRRF, ModeHybridWeighted)
 	}
 	out := make([]Scores, len(modes))
 	for i, m := range modes {
@@ -412,7 +426,16 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 	for _, q := range queries {
 		var vec []float32
 		if dense {
-			v, err := embed(ctx, o, []string{q.Query})
+			text := q.Query
+			if o.DenseOracle {
+				for _, p := range q.Passages {
+					text += "\n" + p.Passage
+				}
+				for _, r := range q.Relevant {
+					text += "\n" + r[1]
+				}
+			}
+			v, err := embed(ctx, o, []string{text})
 			if err != nil {
 				return nil, err
 			}
@@ -429,9 +452,13 @@ func Run(ctx context.Context, o Options) ([]Scores, error) {
 				query.Mode, query.TermWeights, query.Ordered, query.Phrase = index.ModeSparse, after.Weights, after.Ordered, after.Words
 			case ModeDense:
 				query.Mode, query.Dense = index.ModeDense, vec
-			case ModeHybrid, ModeHybridRRF, ModeHybridWeighted:
+			case ModeHybrid, ModeHybridZScore, ModeHybridRRF, ModeHybridWeighted:
 				query.Mode, query.TermWeights, query.Ordered, query.Phrase, query.Dense = index.ModeHybrid, after.Weights, after.Ordered, after.Words, vec
 				switch mode {
+				case ModeHybrid:
+					query.Fusion = o.Hybrid
+				case ModeHybridZScore:
+					query.Fusion.Method = index.FusionZScore
 				case ModeHybridRRF:
 					query.Fusion.Method = index.FusionRRF
 				case ModeHybridWeighted:

@@ -310,9 +310,15 @@ type Model struct {
 	// estimate plus max_tokens exceeds it goes to the next fallback.
 	ContextWindow int `json:"context_window,omitempty"`
 	// Cache opts the model into the semantic cache.
-	Cache     *CachePolicy `json:"cache,omitempty"`
-	OwnedBy   string       `json:"owned_by,omitempty"`
-	CreatedAt time.Time    `json:"created_at"`
+	Cache *CachePolicy `json:"cache,omitempty"`
+	// HybridSearch is, for an embedding model, how hybrid searches of the
+	// vector stores it embeds fuse its list with the keyword list when the
+	// request's ranking_options give no hybrid_search: the operator's
+	// knowledge of the model's strength (nil: the default fusion, which
+	// trusts the model only as far as it agrees with keyword search).
+	HybridSearch *HybridSearch `json:"hybrid_search,omitempty"`
+	OwnedBy      string        `json:"owned_by,omitempty"`
+	CreatedAt    time.Time     `json:"created_at"`
 }
 
 // AllEngines returns the model's engines: Engine, then Engines.
@@ -542,6 +548,12 @@ func ValidateModel(m Model) error {
 	}
 	if m.ContextWindow < 0 {
 		errs = append(errs, errors.New("context_window must not be negative"))
+	}
+	if field, err := m.HybridSearch.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("hybrid_search.%s: %w", field, err))
+	}
+	if m.HybridSearch != nil && m.Kind == ModelKindRerank {
+		errs = append(errs, fmt.Errorf("hybrid_search is for embedding models, not models of kind %q", ModelKindRerank))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

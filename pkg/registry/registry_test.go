@@ -355,6 +355,14 @@ func TestValidateModel(t *testing.T) {
 		"relative base url":    mut(func(m *registry.Model) { m.Engine.BaseURL = "127.0.0.1:8000/v1" }),
 		"no upstream model":    mut(func(m *registry.Model) { m.Engine.Model = "" }),
 		"negative concurrency": mut(func(m *registry.Model) { m.Engine.MaxConcurrency = -1 }),
+		"unknown fusion":       mut(func(m *registry.Model) { m.HybridSearch = &registry.HybridSearch{Fusion: "max"} }),
+		"negative hybrid weight": mut(func(m *registry.Model) {
+			m.HybridSearch = &registry.HybridSearch{Fusion: registry.FusionZScore, EmbeddingWeight: -1, TextWeight: 1}
+		}),
+		"hybrid on a reranker": mut(func(m *registry.Model) {
+			m.Kind = registry.ModelKindRerank
+			m.HybridSearch = &registry.HybridSearch{Fusion: registry.FusionZScore, EmbeddingWeight: 1.5, TextWeight: 1}
+		}),
 	}
 	for name, m := range cases {
 		if err := registry.ValidateModel(m); !errors.Is(err, registry.ErrInvalid) {
@@ -363,6 +371,11 @@ func TestValidateModel(t *testing.T) {
 	}
 	if err := registry.ValidateModel(validModel(strings.Repeat("n", 256))); err != nil {
 		t.Errorf("256-character name refused: %v", err)
+	}
+	if err := registry.ValidateModel(mut(func(m *registry.Model) {
+		m.HybridSearch = &registry.HybridSearch{Fusion: registry.FusionZScore, EmbeddingWeight: 1.5, TextWeight: 1}
+	})); err != nil {
+		t.Errorf("an embedding model's hybrid_search refused: %v", err)
 	}
 	// Every problem is reported at once.
 	err := registry.ValidateModel(registry.Model{})

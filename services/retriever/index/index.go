@@ -140,13 +140,16 @@ const (
 	// FusionAgreement (the default): z-score normalised scores, the dense list weighted by its agreement with
 	// the sparse one (see FuseWeights) and, by default, at AgreementDenseWeight.
 	FusionAgreement = "agreement"
-	FusionRRF       = "rrf"      // weighted Reciprocal Rank Fusion
-	FusionWeighted  = "weighted" // weighted sum of scores on [0, 1]: cosine as is, BM25 divided by the best
+	// FusionZScore: z-score normalised scores, weighted as given (no agreement factor): for an embedding model
+	// known to be strong, whose list should count whether or not the keyword list agrees.
+	FusionZScore   = "zscore"
+	FusionRRF      = "rrf"      // weighted Reciprocal Rank Fusion
+	FusionWeighted = "weighted" // weighted sum of scores on [0, 1]: cosine as is, BM25 divided by the best
 )
 
 // Fusion configures hybrid fusion. The zero value is FusionAgreement with equal weights.
 type Fusion struct {
-	Method string // FusionAgreement (default), FusionRRF or FusionWeighted
+	Method string // FusionAgreement (default), FusionZScore, FusionRRF or FusionWeighted
 	// DenseWeight and SparseWeight weigh the two lists (OpenAI's hybrid_search embedding_weight and
 	// text_weight); both 0 means the defaults: AgreementDenseWeight and 1 for FusionAgreement, 1 and 1 for
 	// the others. Negative or non-finite weights are invalid.
@@ -177,8 +180,8 @@ func (f Fusion) normalize() (Fusion, error) {
 	if f.Method == "" {
 		f.Method = FusionAgreement
 	}
-	if f.Method != FusionAgreement && f.Method != FusionRRF && f.Method != FusionWeighted {
-		return f, Invalidf("unknown fusion %q (want %s, %s or %s)", f.Method, FusionAgreement, FusionRRF, FusionWeighted)
+	if f.Method != FusionAgreement && f.Method != FusionZScore && f.Method != FusionRRF && f.Method != FusionWeighted {
+		return f, Invalidf("unknown fusion %q (want %s, %s, %s or %s)", f.Method, FusionAgreement, FusionZScore, FusionRRF, FusionWeighted)
 	}
 	for _, w := range []float64{f.DenseWeight, f.SparseWeight} {
 		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {

@@ -67,6 +67,9 @@ const AgreementDepth = 10
 //     reliability: a model whose best candidates share nothing with the chunks that hold the query's words is
 //     not trusted for that query (its list then counts for nothing), while one that finds the same passages
 //     and more reorders and extends them. When either list is empty, the other counts alone.
+//   - FusionZScore: the same z-scores, weighted as given, without the agreement factor (CombSUM over z-scores):
+//     for an embedding model known to be stronger than keyword search, whose best candidates should count
+//     most where the keyword list finds nothing like them;
 //   - FusionRRF: score = Σ_i w_i/(k+p_i) over the lists a candidate is in, normalised by k/Σ w_i so that first
 //     in every list scores 1 (with equal weights this is RRFFuse);
 //   - FusionWeighted: score = Σ_i w_i·norm_i / Σ w_i, a candidate missing from a list taking 0 there, where
@@ -118,7 +121,8 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, absolute 
 		if w <= 0 {
 			continue
 		}
-		if method != FusionAgreement || len(l) > 0 {
+		zscore := method == FusionAgreement || method == FusionZScore
+		if !zscore || len(l) > 0 {
 			// An empty list still counts for RRF and weighted: "first in every list" is what scores 1.
 			wsum += w
 		}
@@ -131,7 +135,7 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, absolute 
 			hi = max(hi, c.Score)
 		}
 		var mean, sd float64
-		if method == FusionAgreement {
+		if zscore {
 			mean, sd = meanSD(l)
 		}
 		for p, c := range l {
@@ -142,7 +146,7 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, absolute 
 				order = append(order, c.Key)
 			}
 			switch method {
-			case FusionAgreement:
+			case FusionAgreement, FusionZScore:
 				if sd > 0 {
 					a.score += w * max(c.Score-mean, 0) / sd / math.Sqrt(float64(len(l)-1))
 				}
@@ -171,7 +175,7 @@ func FuseWeights[K comparable](lists [][]Ranked[K], weights []float64, absolute 
 	out := make([]Ranked[K], 0, len(order))
 	for _, key := range order {
 		sc := m[key].score * norm
-		if method == FusionAgreement {
+		if method == FusionAgreement || method == FusionZScore {
 			sc = min(sc, 1) // rounding
 		}
 		out = append(out, Ranked[K]{Key: key, Score: sc})

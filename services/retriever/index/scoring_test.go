@@ -58,6 +58,7 @@ func TestFusionValidation(t *testing.T) {
 	}{
 		{Fusion{}, AgreementDenseWeight, 1},
 		{Fusion{Method: FusionAgreement, DenseWeight: 1, SparseWeight: 1}, 1, 1},
+		{Fusion{Method: FusionZScore}, 1, 1},
 		{Fusion{Method: FusionRRF}, 1, 1},
 		{Fusion{Method: FusionWeighted}, 1, 1},
 	} {
@@ -127,5 +128,34 @@ func TestFuseAgreement(t *testing.T) {
 	r = FuseWeights([][]Ranked[string]{dense, nil}, []float64{1, 1}, abs, Fusion{Method: FusionAgreement}, 10, strings.Compare)
 	if r[0].Key != "b" || math.Abs(r[0].Score-top) > 1e-12 {
 		t.Fatalf("dense alone: %v", r)
+	}
+}
+
+func TestFuseZScore(t *testing.T) {
+	abs := []bool{true, false}
+	// The z-scores of agreement without its factor: a dense list that shares nothing with the sparse one
+	// counts at its weight, so with more weight on it its best candidate comes first.
+	dense := []Ranked[string]{{"d1", 0.9}, {"d2", 0.5}, {"d3", 0.1}}
+	sparse := []Ranked[string]{{"s1", 10}, {"s2", 6}, {"s3", 2}}
+	lists := [][]Ranked[string]{dense, sparse}
+	top := math.Sqrt(1.5) / math.Sqrt2 // the scaled z-score of the best of three evenly spaced scores
+	r := FuseWeights(lists, []float64{1.5, 1}, abs, Fusion{Method: FusionZScore}, 10, strings.Compare)
+	want := map[string]float64{"d1": 1.5 * top / 2.5, "s1": top / 2.5}
+	if r[0].Key != "d1" || r[1].Key != "s1" || math.Abs(r[0].Score-want["d1"]) > 1e-12 || math.Abs(r[1].Score-want["s1"]) > 1e-12 {
+		t.Fatalf("zscore, dense at 1.5: %v, want d1 %v then s1 %v", r, want["d1"], want["s1"])
+	}
+	for _, c := range r[2:] {
+		if c.Score != 0 {
+			t.Fatalf("zscore: %s below average scored %v", c.Key, c.Score)
+		}
+	}
+	// Agreement on the same lists ignores the dense one.
+	if a := FuseWeights(lists, []float64{1.5, 1}, abs, Fusion{Method: FusionAgreement}, 10, strings.Compare); a[0].Key != "s1" {
+		t.Fatalf("agreement: %v", a)
+	}
+	// An empty list is left out of the normalisation, as in agreement.
+	r = FuseWeights([][]Ranked[string]{dense, nil}, []float64{1.5, 1}, abs, Fusion{Method: FusionZScore}, 10, strings.Compare)
+	if r[0].Key != "d1" || math.Abs(r[0].Score-top) > 1e-12 {
+		t.Fatalf("zscore, dense alone: %v", r)
 	}
 }

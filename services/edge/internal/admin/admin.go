@@ -506,9 +506,11 @@ type modelView struct {
 	Fallbacks     []string          `json:"fallbacks,omitempty"`
 	ContextWindow int               `json:"context_window,omitempty"`
 	// Cache is the model's semantic cache policy.
-	Cache     *registry.CachePolicy `json:"cache,omitempty"`
-	OwnedBy   string                `json:"owned_by,omitempty"`
-	CreatedAt time.Time             `json:"created_at"`
+	Cache *registry.CachePolicy `json:"cache,omitempty"`
+	// HybridSearch is an embedding model's default fusion in hybrid search.
+	HybridSearch *registry.HybridSearch `json:"hybrid_search,omitempty"`
+	OwnedBy      string                 `json:"owned_by,omitempty"`
+	CreatedAt    time.Time              `json:"created_at"`
 	// Status is what the model's worker replicas report (engine health,
 	// verified upstream and key, slots, last error).
 	Status *models.Status `json:"status,omitempty"`
@@ -517,27 +519,28 @@ type modelView struct {
 func viewModel(m registry.Model) modelView {
 	m = m.Redacted()
 	return modelView{Name: m.Name, Kind: m.Kind, Object: "model_binding", Engine: m.Engine, Engines: m.Engines, Routing: m.Routing,
-		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, Cache: m.Cache, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
+		Fallbacks: m.Fallbacks, ContextWindow: m.ContextWindow, Cache: m.Cache, HybridSearch: m.HybridSearch, OwnedBy: m.OwnedBy, CreatedAt: m.CreatedAt}
 }
 
 func (s *Service) registerModel(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name          string                `json:"name"`
-		Kind          string                `json:"kind"`
-		Engine        registry.Engine       `json:"engine"`
-		Engines       []registry.Engine     `json:"engines"`
-		Routing       string                `json:"routing"`
-		Fallbacks     []string              `json:"fallbacks"`
-		ContextWindow int                   `json:"context_window"`
-		OwnedBy       string                `json:"owned_by"`
-		Price         *priceIn              `json:"price"`
-		Cache         *registry.CachePolicy `json:"cache"`
+		Name          string                 `json:"name"`
+		Kind          string                 `json:"kind"`
+		Engine        registry.Engine        `json:"engine"`
+		Engines       []registry.Engine      `json:"engines"`
+		Routing       string                 `json:"routing"`
+		Fallbacks     []string               `json:"fallbacks"`
+		ContextWindow int                    `json:"context_window"`
+		OwnedBy       string                 `json:"owned_by"`
+		Price         *priceIn               `json:"price"`
+		Cache         *registry.CachePolicy  `json:"cache"`
+		HybridSearch  *registry.HybridSearch `json:"hybrid_search"`
 	}
 	if !httpapi.DecodeStrict(w, r, &req) {
 		return
 	}
 	m := registry.Model{Name: req.Name, Kind: req.Kind, Engine: req.Engine, Engines: req.Engines, Routing: req.Routing,
-		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy, Cache: req.Cache}
+		Fallbacks: req.Fallbacks, ContextWindow: req.ContextWindow, OwnedBy: req.OwnedBy, Cache: req.Cache, HybridSearch: req.HybridSearch}
 	if e := s.checkModelName(m); e != nil {
 		contracts.Write(w, e)
 		return

@@ -114,8 +114,16 @@ func (s *Service) searchStores(ctx context.Context, tenant string, stores []Vect
 			model = vs.EmbeddingModel
 		}
 	}
+	hybrid := ranking.HybridSearch
+	if hybrid == nil && model != "" {
+		// The embedding model's binding may say how far to trust it (an
+		// operator's knowledge of the model; registry.Model.HybridSearch).
+		if m, ok := s.d.Directory.Served(model); ok {
+			hybrid = m.HybridSearch
+		}
+	}
 	req := query.SearchRequest{Tenant: tenant, StoreIDs: ids, Queries: queries, Limit: limit, ScoreThreshold: ranking.ScoreThreshold,
-		EmbeddingModel: model, HybridSearch: ranking.HybridSearch}
+		EmbeddingModel: model, HybridSearch: hybrid}
 	if len(filters) > 0 && string(filters) != "null" {
 		req.Filter = filters
 	}
