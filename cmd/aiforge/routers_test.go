@@ -139,27 +139,33 @@ func TestRoutersCommands(t *testing.T) {
 	}
 }
 
-// `aiforge models register --cache ...` opts a model into the semantic
-// cache (served by a worker and the engine simulator: a repeated prompt is
-// a hit, at the temperature the flag allows), and `aiforge cache clear`
-// removes one tenant's answers.
-func TestModelsRegisterCacheAndCacheClear(t *testing.T) {
-	ctx := context.Background()
-	env, err := bench.SetupEngine(ctx, nil, enginesim.Config{}, nil)
+// adminStack starts a stack with the engine simulator and returns it with a
+// runner of CLI commands against its admin API (output and error).
+func adminStack(t *testing.T) (*bench.Env, func(args ...string) (string, error)) {
+	t.Helper()
+	env, err := bench.SetupEngine(context.Background(), nil, enginesim.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
+	t.Cleanup(env.Close)
 	t.Setenv("AIFORGE_ADMIN_KEY", env.Admin.Token)
-	run := func(args ...string) (string, error) {
+	return env, func(args ...string) (string, error) {
 		root := newRoot()
 		var out bytes.Buffer
 		root.SetOut(&out)
 		root.SetErr(&out)
 		root.SetArgs(append(args, "--url", env.Admin.BaseURL))
-		err := root.ExecuteContext(ctx)
+		err := root.ExecuteContext(context.Background())
 		return out.String(), err
 	}
+}
+
+// `aiforge models register --cache ...` opts a model into the semantic
+// cache (served by a worker and the engine simulator: a repeated prompt is
+// a hit, at the temperature the flag allows), and `aiforge cache clear`
+// removes one tenant's answers.
+func TestModelsRegisterCacheAndCacheClear(t *testing.T) {
+	env, run := adminStack(t)
 	if _, err := run("models", "register", "cached", "--base-url", env.EngineURL, "--upstream", "bench-upstream", "--cache-ttl", "1h"); err == nil ||
 		!strings.Contains(err.Error(), "--cache-ttl needs --cache") {
 		t.Fatalf("a cache flag without --cache: %v", err)
@@ -221,21 +227,7 @@ func TestModelsRegisterCacheAndCacheClear(t *testing.T) {
 // the API's reason.
 func TestModelsRegisterHybridSearch(t *testing.T) {
 	ctx := context.Background()
-	env, err := bench.SetupEngine(ctx, nil, enginesim.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	t.Setenv("AIFORGE_ADMIN_KEY", env.Admin.Token)
-	run := func(args ...string) (string, error) {
-		root := newRoot()
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(append(args, "--url", env.Admin.BaseURL))
-		err := root.ExecuteContext(ctx)
-		return out.String(), err
-	}
+	env, run := adminStack(t)
 	if out, err := run("models", "register", "embed", "--base-url", env.EngineURL, "--upstream", "bench-upstream",
 		"--hybrid-fusion", "zscore", "--hybrid-embedding-weight", "1.5", "--hybrid-text-weight", "1"); err != nil {
 		t.Fatalf("register: %v %s", err, out)

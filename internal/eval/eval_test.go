@@ -84,20 +84,7 @@ func TestRunOnTheBundledSet(t *testing.T) {
 // on single documents (recall@5): the FAQ PDF with the set's questions and
 // with the held-out ones, and the ReportLab guide.
 func TestDebianSetHybridWithSimulatorEmbeddings(t *testing.T) {
-	set, _, err := LoadSet(Options{Set: "debian"})
-	if err == nil {
-		for _, f := range set.Files {
-			if _, err = os.Stat(filepath.Join(set.Root, f)); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the Debian documents are not installed (%v), and CI installs them: %s", err, set.Install)
-		}
-		t.Skipf("SKIPPING: the Debian documents are not installed (%v): %s", err, set.Install)
-	}
+	requireSets(t, "debian")
 	_, base, closeFn, err := enginesim.Start(enginesim.Config{Models: []string{"emb"}, EmbeddingDims: 384})
 	if err != nil {
 		t.Fatal(err)
@@ -145,22 +132,7 @@ func TestDebianSetHybridWithSimulatorEmbeddings(t *testing.T) {
 // at 1.5 against 1) is at or above the better of the two in recall@5 and
 // recall@10 on the whole set and both held-out sets.
 func TestDebianSetHybridWithAStrongerDenseList(t *testing.T) {
-	for _, name := range []string{"debian", "debian-heldout", "debian-heldout2"} {
-		set, _, err := LoadSet(Options{Set: name})
-		if err == nil {
-			for _, f := range set.Files {
-				if _, err = os.Stat(filepath.Join(set.Root, f)); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("the Debian documents are not installed (%v), and CI installs them: %s", err, set.Install)
-			}
-			t.Skipf("SKIPPING: the Debian documents are not installed (%v): %s", err, set.Install)
-		}
-	}
+	requireSets(t, "debian", "debian-heldout", "debian-heldout2")
 	_, base, closeFn, err := enginesim.Start(enginesim.Config{Models: []string{"emb"}, EmbeddingDims: 384})
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +156,28 @@ func TestDebianSetHybridWithAStrongerDenseList(t *testing.T) {
 		if hybrid.Recall5 < dense.Recall5 || hybrid.Recall10 < max(sparse.Recall10, dense.Recall10) {
 			t.Errorf("%s: zscore 1.5:1 (recall@5 %.3f, @10 %.3f) below the better of sparse (%.3f, %.3f) and dense (%.3f, %.3f)",
 				name, hybrid.Recall5, hybrid.Recall10, sparse.Recall5, sparse.Recall10, dense.Recall5, dense.Recall10)
+		}
+	}
+}
+
+// requireSets skips the test unless the documents of the named sets are
+// installed (it fails under CI=true, where .ci/run installs them).
+func requireSets(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		set, _, err := LoadSet(Options{Set: name})
+		if err == nil {
+			for _, f := range set.Files {
+				if _, err = os.Stat(filepath.Join(set.Root, f)); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("the %s documents are not installed (%v), and CI installs them: %s", name, err, set.Install)
+			}
+			t.Skipf("SKIPPING: the %s documents are not installed (%v): %s", name, err, set.Install)
 		}
 	}
 }
