@@ -213,8 +213,10 @@ func TestRunscStreamTimeoutAndExpiry(t *testing.T) {
 		t.Fatalf("streamed %q %q", stdout, stderr)
 	}
 
-	// A timeout kills the sandbox; the next exec gets a fresh one.
-	r2 := e.exec(tenantA, c.ID, api.ExecRequest{Language: "python", Code: "while True:\n    pass", TimeoutMS: 1500})
+	// A timeout kills the sandbox; the next exec gets a fresh one. The code waits: a busy loop may use up its
+	// CPU limit (nine tenths of the timeout, in whole seconds) before the timeout, which ends the exec and
+	// keeps the sandbox, so its outcome races the clock.
+	r2 := e.exec(tenantA, c.ID, api.ExecRequest{Language: "python", Code: "x = 1\nimport time\ntime.sleep(60)", TimeoutMS: 1500})
 	if r2.Error == nil || r2.Error.Code != api.CodeExecTimeout || !strings.Contains(r2.Error.Message, "lost") {
 		t.Fatalf("timeout %+v", r2)
 	}
