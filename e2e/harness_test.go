@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/aiforge/aiforge/internal/app"
 	"github.com/aiforge/aiforge/internal/cli"
@@ -127,13 +128,25 @@ func eventually(t testing.TB, within time.Duration, cond func() bool, what strin
 // store and how long after its creation the file was searchable.
 func storePDF(t *testing.T, client openai.Client, name string, pdf []byte, within time.Duration) (*openai.VectorStore, time.Duration) {
 	t.Helper()
+	vs, _, took := storeFile(t, client, name, "application/pdf", pdf, openai.VectorStoreNewParams{}, within)
+	return vs, took
+}
+
+// storeFile uploads data as name (of type mime) through the OpenAI SDK,
+// creates a vector store with params and the file (opts go with that
+// request: an embedding_model, say), and waits (up to within) until the file
+// is processed, failing the test unless it completed. It returns the store,
+// the file's id and how long after the store's creation it was searchable.
+func storeFile(t *testing.T, client openai.Client, name, mime string, data []byte, params openai.VectorStoreNewParams, within time.Duration, opts ...option.RequestOption) (*openai.VectorStore, string, time.Duration) {
+	t.Helper()
 	ctx := context.Background()
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(pdf), name, "application/pdf"), Purpose: openai.FilePurposeAssistants})
+	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(data), name, mime), Purpose: openai.FilePurposeAssistants})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
+	params.FileIDs = []string{file.ID}
+	vs, err := client.VectorStores.New(ctx, params, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +158,7 @@ func storePDF(t *testing.T, client openai.Client, name string, pdf []byte, withi
 	if f.Status != openai.VectorStoreFileStatusCompleted {
 		t.Fatalf("%s: %s: %+v", name, f.Status, f.LastError)
 	}
-	return vs, time.Since(start)
+	return vs, file.ID, time.Since(start)
 }
 
 // sim starts an engine simulator and returns it with its base URL.

@@ -29,21 +29,10 @@ func TestEmbeddingModelHybridDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID},
+	vs, _, _ := storeFile(t, client, "guide.md", "text/markdown", []byte(guide), openai.VectorStoreNewParams{
 		ChunkingStrategy: openai.FileChunkingStrategyParamUnion{OfStatic: &openai.StaticFileChunkingStrategyObjectParam{
 			Static: openai.StaticFileChunkingStrategyParam{MaxChunkSizeTokens: 100, ChunkOverlapTokens: 0}}}},
-		option.WithJSONSet("embedding_model", "embedder"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() bool {
-		f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status == openai.VectorStoreFileStatusCompleted
-	}, "file indexed")
+		20*time.Second, option.WithJSONSet("embedding_model", "embedder"))
 	search := func(hybrid map[string]any) []string {
 		t.Helper()
 		var opts []option.RequestOption

@@ -95,20 +95,9 @@ func TestRerankThroughWorkers(t *testing.T) {
 	}
 
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(rerankGuide), "headset.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID},
+	vs, _, _ := storeFile(t, client, "headset.md", "text/markdown", []byte(rerankGuide), openai.VectorStoreNewParams{
 		ChunkingStrategy: openai.FileChunkingStrategyParamUnion{OfStatic: &openai.StaticFileChunkingStrategyObjectParam{
-			Static: openai.StaticFileChunkingStrategyParam{MaxChunkSizeTokens: 100, ChunkOverlapTokens: 0}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() bool {
-		f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status == openai.VectorStoreFileStatusCompleted
-	}, "file indexed")
+			Static: openai.StaticFileChunkingStrategyParam{MaxChunkSizeTokens: 100, ChunkOverlapTokens: 0}}}}, 20*time.Second)
 	checkReranked := func(what string, texts []string, scores []float64) {
 		t.Helper()
 		if len(texts) == 0 || len(texts) > 2 {
@@ -193,18 +182,7 @@ func TestCitationsAtTheSentence(t *testing.T) {
 	s.waitServed(key, "chat")
 	ctx := context.Background()
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(&buf, "policies.pdf", "application/pdf"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() bool {
-		f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status == openai.VectorStoreFileStatusCompleted
-	}, "PDF indexed")
+	vs, fileID, _ := storeFile(t, client, "policies.pdf", "application/pdf", buf.Bytes(), openai.VectorStoreNewParams{}, 20*time.Second)
 	params := responses.ResponseNewParams{
 		Model: "chat", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Is my broken screen covered, and how long is shipping?")},
 		Tools: []responses.ToolUnionParam{{OfFileSearch: &responses.FileSearchToolParam{VectorStoreIDs: []string{vs.ID}}}},
@@ -233,7 +211,7 @@ func TestCitationsAtTheSentence(t *testing.T) {
 		wantIdx := []int{utf8.RuneCountInString(first), utf8.RuneCountInString(answer)}
 		wantPages := [][]int{{1}, {3}}
 		for i := range ann {
-			if ann[i].Type != "file_citation" || ann[i].FileID != file.ID || ann[i].Filename != "policies.pdf" ||
+			if ann[i].Type != "file_citation" || ann[i].FileID != fileID || ann[i].Filename != "policies.pdf" ||
 				ann[i].Index != wantIdx[i] || !slices.Equal(ann[i].Pages, wantPages[i]) {
 				t.Fatalf("%s: annotation %d = %+v, want index %d pages %v", what, i, ann[i], wantIdx[i], wantPages[i])
 			}

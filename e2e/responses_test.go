@@ -26,18 +26,7 @@ func TestResponsesWithFileSearch(t *testing.T) {
 	s.waitServed(key, "chat")
 	ctx := context.Background()
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	file, err := client.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(guide), "guide.md", "text/markdown"), Purpose: openai.FilePurposeAssistants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := client.VectorStores.New(ctx, openai.VectorStoreNewParams{FileIDs: []string{file.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() bool {
-		f, err := client.VectorStores.Files.Get(ctx, vs.ID, file.ID)
-		return err == nil && f.Status == openai.VectorStoreFileStatusCompleted
-	}, "file indexed")
+	vs, fileID, _ := storeFile(t, client, "guide.md", "text/markdown", []byte(guide), openai.VectorStoreNewParams{}, 20*time.Second)
 
 	params := responses.ResponseNewParams{
 		Model:           "chat",
@@ -66,7 +55,7 @@ func TestResponsesWithFileSearch(t *testing.T) {
 		t.Fatalf("answer %q, usage %+v", text, resp.Usage)
 	}
 	ann := msg.Content[0].Annotations
-	if len(ann) != 1 || ann[0].Type != "file_citation" || ann[0].FileID != file.ID || ann[0].Filename != "guide.md" {
+	if len(ann) != 1 || ann[0].Type != "file_citation" || ann[0].FileID != fileID || ann[0].Filename != "guide.md" {
 		t.Fatalf("annotations = %s", msg.RawJSON())
 	}
 	// The engine got the retrieved text as a numbered source.
